@@ -1,0 +1,75 @@
+//! The one listing query, shared by every resource: an index range scan per
+//! workspace in keyset order, with one row more than the page for `hasMore`.
+//!
+//! The SQL is assembled from fixed fragments (values are always bound). Each shape
+//! of request (sort, type, with or without cursor) is its own prepared statement,
+//! whose generic plan is the keyset index scan. Searches are sent as unnamed
+//! statements instead: PostgreSQL then plans them with the actual pattern, which is
+//! what lets it use the trigram index for long terms and the order index for short
+//! or very common ones.
+
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgPool, Postgres, QueryBuilder};
+
+use crate::listing::{Keyed, KindFilter, ListRequest, Position, SortKey};
+
+/// A table that can be listed. Implemented once per resource.
+pub trait Resource {
+    /// Table name, also the resource name bound into cursors.
+    const NAME: &'static str;
+    /// The columns a row struct reads, in SQL.
+    const COLUMNS: &'static str;
+    /// The searchable columns, for the exact per-field check a search containing a
+    /// newline needs (the index document joins fields with newlines).
+    const SEARCH_FIELDS: &'static [&'static str];
+    type Kind: KindFilter;
+    type Row: for<'r> FromRow<'r, PgRow> + Keyed + Send + Unpin;
+}
+
+pub async fn fetch_page<R: Resource>(pool: &PgPool, request: &ListRequest<R::Kind>) -> Result<Vec<R::Row>, sqlx::Error> {
+    let mut sql = list_sql::<R>(request);
+    sql.build_query_as::<R::Row>().persistent(request.search.is_none()).fetch_all(pool).await
+}
+
+/// The statement for `request`; public so benchmarks can run the very same SQL.
+pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>) -> QueryBuilder<'a, Postgres> {
+    let mut sql = QueryBuilder::new(format!("select {} from {} where workspace_id = ", R::COLUMNS, R::NAME));
+    sql.push_bind(request.workspace_id);
+    // Literal, so the planner matches the partial indexes.
+    sql.push(" and status = 'active'");
+    if let Some(condition) = request.kind.condition() {
+        sql.push(" and ").push(condition);
+    }
+    if let Some(search) = &request.search {
+        let pattern = search.like_escaped();
+        sql.push(" and search_text like '%' || lower(");
+        sql.push_bind(pattern.clone());
+        sql.push(" collate \"und-x-icu\") || '%'");
+        if search.as_str().contains('\n') {
+            // Only a term with a newline can span two fields of the search document.
+            sql.push(" and (false");
+            for field in R::SEARCH_FIELDS {
+                sql.push(format!(" or lower({field} collate \"und-x-icu\") like '%' || lower("));
+                sql.push_bind(pattern.clone());
+                sql.push(" collate \"und-x-icu\") || '%'");
+            }
+            sql.push(")");
+        }
+    }
+    match &request.after {
+        Some(Position::CreatedAt { at, id }) => {
+            sql.push(" and (created_at, id) > (").push_bind(*at).push(", ").push_bind(*id).push(")");
+        }
+        Some(Position::Name { name, id }) => {
+            sql.push(" and (name, id) > (").push_bind(name.as_str()).push(", ").push_bind(*id).push(")");
+        }
+        None => {}
+    }
+    sql.push(match request.sort {
+        SortKey::CreatedAt => " order by created_at, id",
+        SortKey::Name => " order by name, id",
+    });
+    // One extra row tells whether another page exists.
+    sql.push(" limit ").push_bind(i64::try_from(request.limit.get() + 1).unwrap_or(i64::MAX));
+    sql
+}

@@ -1,0 +1,78 @@
+//! PostgreSQL access: the pool, the migrations, and one module per resource whose
+//! queries return row structs and know nothing of HTTP.
+
+pub mod contacts;
+pub mod listing;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::{MigrateDatabase, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+
+/// The schema, from the workspace's `migrations/` (the only place it is defined).
+pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+
+/// How the API talks to PostgreSQL.
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    /// How long a request waits for a free connection before it is answered 503.
+    pub acquire_timeout: Duration,
+    /// Server-side cap on one statement, so a slow database cannot hang requests.
+    pub statement_timeout: Duration,
+}
+
+/// Opens a pool without connecting yet: the API starts (and answers 503) even while
+/// PostgreSQL is down, and recovers by itself when it comes back.
+pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Error> {
+    let statement_timeout = settings.statement_timeout.as_millis().to_string();
+    let options = PgConnectOptions::from_str(url)?
+        .application_name("lectern-api")
+        .options([("statement_timeout", statement_timeout.as_str())]);
+    Ok(PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        .connect_lazy_with(options))
+}
+
+/// Creates the database named in `url` if it does not exist yet (first run on a
+/// fresh machine), then applies every pending migration.
+pub async fn create_and_migrate(url: &str) -> Result<(), sqlx::Error> {
+    if !Postgres::database_exists(url).await? {
+        Postgres::create_database(url).await?;
+    }
+    let pool = PgPoolOptions::new().max_connections(2).connect(url).await?;
+    MIGRATOR.run(&pool).await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// Errors that mean "the database cannot serve now" (503) rather than a bug (500).
+pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // 08: connection exceptions; 53: insufficient resources (too many
+            // connections); 57P01-03: shutdown / cannot connect now; 57014: statement
+            // timeout; 40001/40P01 are transient too.
+            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P") || code == "57014"
+                || code == "40001" || code == "40P01"
+        }),
+        _ => false,
+    }
+}
+
+/// `url` with any password replaced, for messages and logs.
+pub fn redacted(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("REDACTED"));
+            parsed.to_string()
+        }
+        Ok(parsed) => parsed.to_string(),
+        Err(_) => "<unparseable database URL>".to_owned(),
+    }
+}

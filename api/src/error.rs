@@ -1,0 +1,204 @@
+//! The API's one error type. Each variant's doc names the status and contract code it
+//! becomes; [`crate::http::envelope`] renders them all in the contract's error shape.
+
+use poem::http::StatusCode;
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `VALIDATION_ERROR`: the request is malformed; `details` names each problem.
+    #[error("{message}")]
+    Validation { message: String, details: Vec<String> },
+    /// 401 `UNAUTHORIZED`: no usable API key. The text never repeats the key.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// 403 `FORBIDDEN`: a valid key without the route's scope.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404 `NOT_FOUND`: no such route, or no such record visible to this key.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405, 406, 413, 415 and other 4xx: `REQUEST_FAILED`.
+    #[error("{message}")]
+    RequestFailed { status: StatusCode, message: String },
+    /// 503 `SERVICE_UNAVAILABLE`: the database is unreachable or saturated; retry later.
+    #[error("the database is unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    /// 500 `INTERNAL_ERROR`: a bug or an unexpected database answer. The cause is
+    /// logged, never sent.
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The contract's error codes (the description's list, in its order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, poem_openapi::Enum)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    ValidationError,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    Conflict,
+    UnprocessableEntity,
+    PlanLimitReached,
+    BooksLocked,
+    IdempotencyConflict,
+    RateLimited,
+    ServiceUnavailable,
+    RequestFailed,
+    InternalError,
+}
+
+impl ApiError {
+    /// A single-problem validation error naming its parameter.
+    pub fn invalid(parameter: &str, problem: impl std::fmt::Display) -> Self {
+        Self::Validation {
+            message: format!("Invalid request: `{parameter}` {problem}"),
+            details: vec![format!("{parameter}: {problem}")],
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Validation { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::RequestFailed { status, .. } => *status,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        code_for_status(self.status())
+    }
+
+    /// What the client is told: never a cause chain, never input echoed back unbounded.
+    pub fn public_message(&self) -> String {
+        match self {
+            Self::Unavailable(_) => {
+                "The service is temporarily unavailable; retry after the time in Retry-After.".to_owned()
+            }
+            Self::Internal(_) => "An unexpected error occurred; it has been logged.".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
+    pub fn details(&self) -> Option<Vec<String>> {
+        match self {
+            Self::Validation { details, .. } if !details.is_empty() => Some(details.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// decisions.md's status ↔ code table, for errors that only have a status (poem's own).
+pub fn code_for_status(status: StatusCode) -> ErrorCode {
+    match status.as_u16() {
+        400 => ErrorCode::ValidationError,
+        401 => ErrorCode::Unauthorized,
+        402 => ErrorCode::PlanLimitReached,
+        403 => ErrorCode::Forbidden,
+        404 => ErrorCode::NotFound,
+        409 => ErrorCode::Conflict,
+        422 => ErrorCode::UnprocessableEntity,
+        423 => ErrorCode::BooksLocked,
+        429 => ErrorCode::RateLimited,
+        503 => ErrorCode::ServiceUnavailable,
+        400..=499 => ErrorCode::RequestFailed,
+        _ => ErrorCode::InternalError,
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        if crate::db::is_unavailable(&error) {
+            Self::Unavailable(error)
+        } else {
+            Self::Internal(Box::new(error))
+        }
+    }
+}
+
+impl poem::error::ResponseError for ApiError {
+    fn status(&self) -> StatusCode {
+        ApiError::status(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_code_table_matches_decisions() {
+        let table = [
+            (400, ErrorCode::ValidationError),
+            (401, ErrorCode::Unauthorized),
+            (402, ErrorCode::PlanLimitReached),
+            (403, ErrorCode::Forbidden),
+            (404, ErrorCode::NotFound),
+            (405, ErrorCode::RequestFailed),
+            (406, ErrorCode::RequestFailed),
+            (409, ErrorCode::Conflict),
+            (413, ErrorCode::RequestFailed),
+            (415, ErrorCode::RequestFailed),
+            (422, ErrorCode::UnprocessableEntity),
+            (423, ErrorCode::BooksLocked),
+            (429, ErrorCode::RateLimited),
+            (500, ErrorCode::InternalError),
+            (503, ErrorCode::ServiceUnavailable),
+        ];
+        for (status, code) in table {
+            assert_eq!(code_for_status(StatusCode::from_u16(status).unwrap()), code, "{status}");
+        }
+    }
+
+    #[test]
+    fn internal_and_unavailable_messages_hide_the_cause() {
+        let error = ApiError::Internal("secret connection string".into());
+        assert!(!error.public_message().contains("secret"));
+        let error = ApiError::Unavailable(sqlx::Error::PoolTimedOut);
+        assert!(!error.public_message().contains("pool"));
+    }
+}
+
+/// Why a command of the `lectern-api` binary failed; printed as one line, exit code 1.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A setting is missing or unusable.
+    #[error("{setting}: {problem}")]
+    Config { setting: &'static str, problem: String },
+    /// The database could not be reached or refused the work.
+    #[error("database {url}: {source}")]
+    Database {
+        /// Redacted: never contains a password.
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Migrations could not be applied.
+    #[error("migrating {url}: {source}")]
+    Migrate {
+        url: String,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// The listen address could not be bound.
+    #[error("--listen/LECTERN_LISTEN {address}: {source}")]
+    Listen {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server stopped with an I/O error.
+    #[error("serving HTTP: {0}")]
+    Serve(#[source] std::io::Error),
+    /// `keys revoke` was given an id that does not exist.
+    #[error("no API key with id {0}")]
+    NoSuchKey(String),
+    /// Writing the command's output failed.
+    #[error("writing output: {0}")]
+    Output(#[source] std::io::Error),
+}

@@ -1,0 +1,50 @@
+//! Serving one page of any listed resource: cursor check, query, page assembly.
+
+use crate::db::listing::{fetch_page, Resource};
+use crate::error::ApiError;
+use crate::keys::Principal;
+use crate::listing::cursor::CursorScope;
+use crate::listing::{paginate, CursorToken, Limit, ListRequest, PageInfo, SearchText, SortKey};
+
+use super::AppState;
+
+/// The validated query of a listing operation.
+#[derive(Debug)]
+pub struct ListParams<K> {
+    pub search: Option<SearchText>,
+    pub cursor: Option<CursorToken>,
+    pub limit: Limit,
+    pub kind: K,
+    pub sort: SortKey,
+}
+
+/// One page of `R` in the caller's workspace.
+pub async fn list_page<R: Resource>(
+    state: &AppState,
+    principal: &Principal,
+    params: ListParams<R::Kind>,
+) -> Result<(Vec<R::Row>, PageInfo), ApiError> {
+    use crate::listing::KindFilter;
+
+    let mut request = ListRequest {
+        workspace_id: principal.workspace_id,
+        search: params.search.and_then(SearchText::into_filter),
+        kind: params.kind,
+        sort: params.sort,
+        limit: params.limit,
+        after: None,
+    };
+    let scope = CursorScope {
+        resource: R::NAME,
+        workspace_id: request.workspace_id,
+        kind: request.kind.as_str(),
+        search: request.search.as_ref().map(SearchText::as_str),
+        sort: request.sort,
+    };
+    if let Some(token) = &params.cursor {
+        let position = state.cursors.open(token.as_str(), &scope).map_err(|problem| ApiError::invalid("cursor", problem))?;
+        request.after = Some(position);
+    }
+    let rows = fetch_page::<R>(&state.pool, &request).await?;
+    Ok(paginate(rows, request.limit.get(), &state.cursors, &scope))
+}

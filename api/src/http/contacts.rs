@@ -1,0 +1,150 @@
+//! `listContacts` and `getContact`.
+
+use std::sync::Arc;
+
+use lectern_schema::Contact;
+use poem::web::Data;
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+
+use super::auth::ContactsReader;
+use super::collection::{list_page, ListParams};
+use super::envelope::error_responses;
+use super::request_id::RequestId;
+use super::strict_query::{parses_as, QueryContract, StrictQuery};
+use super::{AppState, RecordId};
+use crate::db::contacts::{self, ContactType, Contacts};
+use crate::error::ApiError;
+use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
+
+/// A page of contacts.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContactList {
+    pub data: Vec<Contact>,
+    pub page: PageInfo,
+    pub request_id: RequestId,
+}
+
+/// One contact.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContactEnvelope {
+    pub data: Contact,
+    pub request_id: RequestId,
+}
+
+error_responses! {
+    /// The errors listContacts documents.
+    ListContactsError {
+        BadRequest = 400,
+        Unauthorized = 401,
+        Forbidden = 403,
+        TooManyRequests = 429,
+        InternalError = 500,
+        ServiceUnavailable = 503,
+    }
+}
+
+error_responses! {
+    /// The errors getContact documents.
+    GetContactError {
+        BadRequest = 400,
+        Unauthorized = 401,
+        Forbidden = 403,
+        NotFound = 404,
+        TooManyRequests = 429,
+        InternalError = 500,
+        ServiceUnavailable = 503,
+    }
+}
+
+/// listContacts' query parameters.
+#[derive(Debug)]
+pub struct ListContactsQuery;
+
+impl QueryContract for ListContactsQuery {
+    const PARAMETERS: &'static [(&'static str, fn(&str) -> Result<(), String>)] = &[
+        ("search", parses_as::<SearchText>),
+        ("cursor", parses_as::<CursorToken>),
+        ("limit", parses_as::<Limit>),
+        ("type", parses_as::<ContactType>),
+        ("sort", parses_as::<SortKey>),
+    ];
+}
+
+/// getContact takes no query parameters.
+#[derive(Debug)]
+pub struct NoQuery;
+
+impl QueryContract for NoQuery {
+    const PARAMETERS: &'static [(&'static str, fn(&str) -> Result<(), String>)] = &[];
+}
+
+#[derive(Debug, poem_openapi::Tags)]
+enum Tags {
+    /// Customers and suppliers.
+    Contacts,
+}
+
+/// The contacts area.
+#[derive(Debug)]
+pub struct ContactsApi;
+
+#[OpenApi(prefix_path = "/v1", tag = "Tags::Contacts")]
+impl ContactsApi {
+    /// List active contacts
+    ///
+    /// Active contacts of the key's workspace, in pages. Ordered ascending by
+    /// `createdAt` (default) or `name`, ties broken by `id`. Pass `page.nextCursor` as
+    /// `cursor` to get the next page, with the same `search`, `type` and `sort`.
+    #[allow(clippy::too_many_arguments)]
+    #[oai(path = "/contacts", method = "get", operation_id = "listContacts")]
+    async fn list_contacts(
+        &self,
+        state: Data<&Arc<AppState>>,
+        key: ContactsReader,
+        _strict: StrictQuery<ListContactsQuery>,
+        /// Case-insensitive substring of name, email, phone or tin; `%`, `_` and `\`
+        /// match themselves. Empty means no filter.
+        search: Query<Option<SearchText>>,
+        /// The `page.nextCursor` of the previous page, unchanged.
+        cursor: Query<Option<CursorToken>>,
+        /// Page size.
+        #[oai(default)]
+        limit: Query<Limit>,
+        /// `customer`: isCustomer is true; `supplier`: isSupplier is true.
+        #[oai(name = "type", default)]
+        kind: Query<ContactType>,
+        /// Sort order, always ascending with ties broken by id.
+        #[oai(default)]
+        sort: Query<SortKey>,
+    ) -> Result<Json<ContactList>, ListContactsError> {
+        let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
+        let (rows, page) = list_page::<Contacts>(&state, &key.0, params).await?;
+        Ok(Json(ContactList {
+            data: rows.into_iter().map(Contact::from).collect(),
+            page,
+            request_id: RequestId::current(),
+        }))
+    }
+
+    /// Retrieve an active contact
+    ///
+    /// An id that is unknown, inactive or in another workspace is the same 404.
+    #[oai(path = "/contacts/:id", method = "get", operation_id = "getContact")]
+    async fn get_contact(
+        &self,
+        state: Data<&Arc<AppState>>,
+        key: ContactsReader,
+        _strict: StrictQuery<NoQuery>,
+        /// The contact's id.
+        #[oai(name = "id")]
+        id: Path<RecordId>,
+    ) -> Result<Json<ContactEnvelope>, GetContactError> {
+        let row = contacts::find(&state.pool, key.0.workspace_id, id.0.get()).await.map_err(ApiError::from)?;
+        let row = row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
+        Ok(Json(ContactEnvelope { data: Contact::from(row), request_id: RequestId::current() }))
+    }
+}

@@ -1,0 +1,199 @@
+//! The contract's error shape, and the outermost layer that guarantees it: every
+//! response (handler errors, poem's own 404/405/parse failures, panics) leaves with
+//! `{error:{code,message,details?},requestId}` and an `X-Request-Id` header.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use poem::http::{header, HeaderValue, StatusCode};
+use poem::{Endpoint, IntoResponse, Request, Response};
+use poem_openapi::Object;
+
+use super::request_id::RequestId;
+use crate::error::{code_for_status, ApiError, ErrorCode};
+
+/// The body of every error response.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ErrorResponse {
+    pub error: ErrorInfo,
+    pub request_id: RequestId,
+}
+
+/// What went wrong.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ErrorInfo {
+    pub code: ErrorCode,
+    #[oai(validator(min_length = 1))]
+    pub message: String,
+    /// For `VALIDATION_ERROR`: one entry per problem, each naming its parameter.
+    #[oai(skip_serializing_if_is_none)]
+    pub details: Option<Vec<String>>,
+}
+
+impl ErrorResponse {
+    /// The body for `error` in the request being served; logs the cause of 5xx errors.
+    pub fn for_current_request(error: &ApiError) -> Self {
+        if error.status().is_server_error() {
+            tracing::error!(error = %error_chain(error), "request failed");
+        }
+        Self {
+            error: ErrorInfo { code: error.code(), message: error.public_message(), details: error.details() },
+            request_id: RequestId::current(),
+        }
+    }
+
+    fn from_status(status: StatusCode, message: String, details: Option<Vec<String>>) -> Self {
+        Self {
+            error: ErrorInfo { code: code_for_status(status), message, details },
+            request_id: RequestId::current(),
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Declares an operation's error responses: an `ApiResponse` enum listing exactly the
+/// statuses the operation documents, each with the error shape.
+macro_rules! error_responses {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $status:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, poem_openapi::ApiResponse)]
+        pub enum $name {
+            $(
+                #[oai(status = $status)]
+                $variant(poem_openapi::payload::Json<$crate::http::envelope::ErrorResponse>),
+            )+
+        }
+
+        impl From<$crate::error::ApiError> for $name {
+            fn from(error: $crate::error::ApiError) -> Self {
+                let status = error.status().as_u16();
+                let body = poem_openapi::payload::Json(
+                    $crate::http::envelope::ErrorResponse::for_current_request(&error),
+                );
+                $( if status == $status { return Self::$variant(body); } )+
+                // A status this operation does not document is a bug: answer 500.
+                Self::InternalError(body)
+            }
+        }
+    };
+}
+pub(crate) use error_responses;
+
+/// Wraps the whole application: request id in, envelope and `X-Request-Id` out,
+/// panics caught, one log line per request.
+pub async fn envelope<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Result<Response> {
+    let started = Instant::now();
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(RequestId::from_client)
+        .unwrap_or_else(RequestId::generate);
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+
+    let outcome = request_id
+        .clone()
+        .scope(async {
+            let result = AssertUnwindSafe(inner.call(request)).catch_unwind().await;
+            match result {
+                Ok(Ok(response)) => response.into_response(),
+                Ok(Err(error)) => render_error(error),
+                Err(_panic) => {
+                    tracing::error!("request handler panicked");
+                    json_response(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &ErrorResponse::from_status(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "An unexpected error occurred; it has been logged.".to_owned(),
+                            None,
+                        ),
+                    )
+                }
+            }
+        })
+        .await;
+
+    let mut response = outcome;
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(request_id.as_str()) {
+        headers.insert("x-request-id", value);
+    }
+    let status = response.status();
+    if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    tracing::info!(
+        request_id = %request_id,
+        method = %method,
+        path = %path,
+        status = status.as_u16(),
+        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    Ok(response)
+}
+
+/// Turns any error into the envelope, keeping its status. Errors that already carry a
+/// rendered envelope (an operation's documented error responses) pass unchanged.
+fn render_error(error: poem::Error) -> Response {
+    if !error.has_source() {
+        return error.into_response();
+    }
+    if let Some(api_error) = error.downcast_ref::<ApiError>() {
+        return json_response(api_error.status(), &ErrorResponse::for_current_request(api_error));
+    }
+    if let Some((name, reason)) = parameter_problem(&error) {
+        let api_error = ApiError::invalid(name, reason.trim_start_matches("failed to parse \"").split_once("\": ").map_or(reason, |(_, why)| why));
+        return json_response(api_error.status(), &ErrorResponse::for_current_request(&api_error));
+    }
+    let status = error.status();
+    let body = if status == StatusCode::NOT_FOUND {
+        ErrorResponse::from_status(status, "No such resource: check the path against /v1/openapi.json.".to_owned(), None)
+    } else if status == StatusCode::METHOD_NOT_ALLOWED {
+        ErrorResponse::from_status(status, "This method is not allowed on this path; the API is read-only (GET).".to_owned(), None)
+    } else if status == StatusCode::UNAUTHORIZED {
+        ErrorResponse::from_status(status, "Missing API key: send it in the X-API-Key header.".to_owned(), None)
+    } else if status == StatusCode::BAD_REQUEST {
+        let problem = error.to_string();
+        ErrorResponse::from_status(status, format!("Invalid request: {problem}"), Some(vec![problem]))
+    } else if status.is_server_error() {
+        tracing::error!(error = %error, "request failed");
+        ErrorResponse::from_status(status, "An unexpected error occurred; it has been logged.".to_owned(), None)
+    } else {
+        ErrorResponse::from_status(status, format!("The request failed: {error}"), None)
+    };
+    json_response(status, &body)
+}
+
+/// poem-openapi's own parameter failures, as (parameter, reason).
+fn parameter_problem(error: &poem::Error) -> Option<(&'static str, &str)> {
+    use poem_openapi::error::{ParseParamError, ParsePathError};
+    if let Some(problem) = error.downcast_ref::<ParsePathError>() {
+        return Some((problem.name, problem.reason.as_str()));
+    }
+    error.downcast_ref::<ParseParamError>().map(|problem| (problem.name, problem.reason.as_str()))
+}
+
+fn json_response(status: StatusCode, body: &ErrorResponse) -> Response {
+    use poem_openapi::types::ToJSON;
+    let json = body.to_json_string();
+    Response::builder()
+        .status(status)
+        .content_type("application/json; charset=utf-8")
+        .body(json)
+}

@@ -1,0 +1,134 @@
+//! Request identifiers: reused from a well-formed `X-Request-Id`, otherwise made here,
+//! and visible to every layer of the request through a task-local.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use poem_openapi::registry::{MetaSchema, MetaSchemaRef, Registry};
+use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
+use serde_json::Value;
+
+/// The contract's RequestId pattern.
+pub const REQUEST_ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$";
+
+/// A request identifier that matches [`REQUEST_ID_PATTERN`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestId(String);
+
+tokio::task_local! {
+    static CURRENT: RequestId;
+}
+
+impl RequestId {
+    /// Accepts a client's id only when it matches the pattern, so a hostile header
+    /// can never reach logs or bodies.
+    pub fn from_client(value: &str) -> Option<Self> {
+        let bytes = value.as_bytes();
+        let well_formed = (1..=128).contains(&bytes.len())
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes[1..]
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+        // `_` is allowed after the first character by the pattern, but never generated.
+        well_formed.then(|| Self(value.to_owned()))
+    }
+
+    /// A fresh id: 32 hex digits, which the pattern accepts.
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id of the request being served, if called inside one.
+    pub fn current() -> Self {
+        CURRENT.try_with(Clone::clone).unwrap_or_else(|_| Self::generate())
+    }
+
+    /// Runs `future` with `self` as the current request's id.
+    pub async fn scope<F: std::future::Future>(self, future: F) -> F::Output {
+        CURRENT.scope(self, future).await
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Type for RequestId {
+    const IS_REQUIRED: bool = true;
+    type RawValueType = Self;
+    type RawElementValueType = Self;
+
+    fn name() -> Cow<'static, str> {
+        "RequestId".into()
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        MetaSchemaRef::Reference("RequestId".to_owned())
+    }
+
+    fn register(registry: &mut Registry) {
+        registry.create_schema::<Self, _>("RequestId".to_owned(), |_| {
+            let mut schema = MetaSchema::new("string");
+            schema.description = Some("Identifies the request; quote it when reporting a problem.");
+            schema.min_length = Some(1);
+            schema.max_length = Some(128);
+            schema.pattern = Some(REQUEST_ID_PATTERN.to_owned());
+            schema
+        });
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        Some(self)
+    }
+
+    fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        Box::new(self.as_raw_value().into_iter())
+    }
+}
+
+impl ToJSON for RequestId {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::String(self.0.clone()))
+    }
+}
+
+impl ParseFromJSON for RequestId {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        match value.unwrap_or_default() {
+            Value::String(text) => Self::from_client(&text).ok_or_else(|| ParseError::custom("does not match the RequestId pattern")),
+            other => Err(ParseError::expected_type(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_ids_matching_the_pattern_are_reused() {
+        for good in ["a", "A1", "req-1.2:3_4", &"x".repeat(128)] {
+            assert_eq!(RequestId::from_client(good).unwrap().as_str(), good);
+        }
+    }
+
+    #[test]
+    fn client_ids_outside_the_pattern_are_replaced() {
+        for bad in ["", "-a", "_a", ".a", "a b", "a/b", "ä", &"x".repeat(129), "a\n"] {
+            assert!(RequestId::from_client(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn generated_ids_match_the_pattern_and_have_no_underscore() {
+        let id = RequestId::generate();
+        assert!(RequestId::from_client(id.as_str()).is_some());
+        assert!(!id.as_str().contains('_'));
+    }
+}

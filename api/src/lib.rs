@@ -1,0 +1,22 @@
+//! `lectern-api`: serves workspace-scoped, scope-checked, cursor-paginated reads of
+//! the active records in Lectern's PostgreSQL read model, to integrations holding API
+//! keys. The contract is `shared/spec/api-description-1.0.0.md` with `decisions.md`.
+//!
+//! # Layout
+//! - [`cli`]: the command line (`serve`, `dev`, `migrate`, `keys`, `openapi`).
+//! - [`config`]: settings, each a flag with an environment twin.
+//! - [`http`]: routes, the envelope layer, auth, the strict query gate, OpenAPI.
+//! - [`listing`]: what every collection shares: parameters, positions, cursors, pages.
+//! - [`db`]: the pool, migrations, and one query module per resource.
+//! - [`keys`]: key format, peppered hashes, the caching authenticator.
+//! - [`error`]: the one error type of a request, and that of a command.
+//! - [`telemetry`]: logging set-up.
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod http;
+pub mod keys;
+pub mod listing;
+pub mod telemetry;

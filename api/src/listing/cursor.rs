@@ -1,0 +1,230 @@
+//! Opaque, signed, expiring cursors.
+//!
+//! A cursor carries the position after which the next page starts. Its HMAC-SHA256 tag
+//! also covers the resource, the workspace, the filter and the sort of the request that
+//! produced it, none of which travel in the cursor: a cursor replayed in another
+//! workspace, with another filter or sort, or altered in any byte, fails verification.
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::Sha256;
+use uuid::Uuid;
+
+use super::{Position, SortKey};
+
+const VERSION: u8 = 1;
+const TAG_LEN: usize = 32;
+/// version, issued-at seconds, sort, id.
+const HEADER_LEN: usize = 1 + 8 + 1 + 16;
+
+/// What a cursor is bound to; everything here must be equal when it comes back.
+#[derive(Debug)]
+pub struct CursorScope<'a> {
+    pub resource: &'static str,
+    pub workspace_id: Uuid,
+    pub kind: &'static str,
+    pub search: Option<&'a str>,
+    pub sort: SortKey,
+}
+
+/// Why a cursor was refused; each message tells the client to start over.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CursorError {
+    #[error("is not a cursor issued by this API; start a new traversal without `cursor`")]
+    Malformed,
+    #[error(
+        "does not belong to this query (cursors are bound to the key's workspace, the search, \
+         the type and the sort, and cannot be altered); start a new traversal without `cursor`"
+    )]
+    Mismatch,
+    #[error("has expired; start a new traversal without `cursor`")]
+    Expired,
+}
+
+/// Issues and opens cursors under the server's cursor secret.
+#[derive(Clone)]
+pub struct CursorSigner {
+    secret: SecretString,
+    lifetime: Duration,
+}
+
+impl CursorSigner {
+    pub fn new(secret: SecretString, lifetime: Duration) -> Self {
+        Self { secret, lifetime }
+    }
+
+    pub fn issue(&self, scope: &CursorScope<'_>, position: &Position) -> String {
+        self.issue_at(scope, position, Utc::now())
+    }
+
+    fn issue_at(&self, scope: &CursorScope<'_>, position: &Position, now: DateTime<Utc>) -> String {
+        let mut bytes = Vec::with_capacity(HEADER_LEN + 32 + TAG_LEN);
+        bytes.push(VERSION);
+        bytes.extend_from_slice(&now.timestamp().to_be_bytes());
+        match position {
+            Position::CreatedAt { at, id } => {
+                bytes.push(0);
+                bytes.extend_from_slice(id.as_bytes());
+                bytes.extend_from_slice(&at.timestamp_micros().to_be_bytes());
+            }
+            Position::Name { name, id } => {
+                bytes.push(1);
+                bytes.extend_from_slice(id.as_bytes());
+                bytes.extend_from_slice(name.as_bytes());
+            }
+        }
+        let tag = self.tag(scope, &bytes);
+        bytes.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    pub fn open(&self, token: &str, scope: &CursorScope<'_>) -> Result<Position, CursorError> {
+        self.open_at(token, scope, Utc::now())
+    }
+
+    fn open_at(&self, token: &str, scope: &CursorScope<'_>, now: DateTime<Utc>) -> Result<Position, CursorError> {
+        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| CursorError::Malformed)?;
+        if bytes.len() < HEADER_LEN + TAG_LEN || bytes[0] != VERSION {
+            return Err(CursorError::Malformed);
+        }
+        let (body, tag) = bytes.split_at(bytes.len() - TAG_LEN);
+        self.mac(scope, body).verify_slice(tag).map_err(|_| CursorError::Mismatch)?;
+
+        // Authentic from here on: the bytes are exactly what this server wrote.
+        let issued = i64::from_be_bytes(body[1..9].try_into().map_err(|_| CursorError::Malformed)?);
+        let lifetime = i64::try_from(self.lifetime.as_secs()).unwrap_or(i64::MAX);
+        if now.timestamp().saturating_sub(issued) > lifetime {
+            return Err(CursorError::Expired);
+        }
+        let id = Uuid::from_slice(&body[10..26]).map_err(|_| CursorError::Malformed)?;
+        let key = &body[HEADER_LEN..];
+        match (body[9], scope.sort) {
+            (0, SortKey::CreatedAt) => {
+                let micros = i64::from_be_bytes(key.try_into().map_err(|_| CursorError::Malformed)?);
+                let at = DateTime::from_timestamp_micros(micros).ok_or(CursorError::Malformed)?;
+                Ok(Position::CreatedAt { at, id })
+            }
+            (1, SortKey::Name) => {
+                let name = String::from_utf8(key.to_vec()).map_err(|_| CursorError::Malformed)?;
+                Ok(Position::Name { name, id })
+            }
+            _ => Err(CursorError::Mismatch),
+        }
+    }
+
+    fn tag(&self, scope: &CursorScope<'_>, body: &[u8]) -> [u8; TAG_LEN] {
+        self.mac(scope, body).finalize().into_bytes().into()
+    }
+
+    fn mac(&self, scope: &CursorScope<'_>, body: &[u8]) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.secret.expose_secret().as_bytes())
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+        // Length-prefixed fields, so no two different scopes share an encoding.
+        for field in [
+            b"lectern-cursor".as_slice(),
+            scope.resource.as_bytes(),
+            scope.workspace_id.as_bytes(),
+            scope.kind.as_bytes(),
+            scope.search.map_or(b"\x00none".as_slice(), str::as_bytes),
+            scope.sort.as_str().as_bytes(),
+        ] {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+        mac.update(body);
+        mac
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signer() -> CursorSigner {
+        CursorSigner::new(SecretString::from("cursor secret".to_owned()), Duration::from_secs(86_400))
+    }
+
+    fn scope(workspace_id: Uuid) -> CursorScope<'static> {
+        CursorScope { resource: "contacts", workspace_id, kind: "all", search: Some("acme"), sort: SortKey::CreatedAt }
+    }
+
+    fn position() -> Position {
+        Position::CreatedAt { at: DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap(), id: Uuid::new_v4() }
+    }
+
+    #[test]
+    fn a_cursor_round_trips_exactly() {
+        let workspace = Uuid::new_v4();
+        let token = signer().issue(&scope(workspace), &position());
+        assert_eq!(signer().open(&token, &scope(workspace)), Ok(position_from(&token, workspace)));
+        let name = Position::Name { name: "Zoë & Co. ✓".to_owned(), id: Uuid::new_v4() };
+        let name_scope = CursorScope { sort: SortKey::Name, ..scope(workspace) };
+        let token = signer().issue(&name_scope, &name);
+        assert_eq!(signer().open(&token, &name_scope), Ok(name));
+    }
+
+    fn position_from(token: &str, workspace: Uuid) -> Position {
+        signer().open(token, &scope(workspace)).unwrap()
+    }
+
+    #[test]
+    fn every_changed_byte_is_detected() {
+        let workspace = Uuid::new_v4();
+        let token = signer().issue(&scope(workspace), &position());
+        let bytes = URL_SAFE_NO_PAD.decode(&token).unwrap();
+        for index in 0..bytes.len() {
+            let mut altered = bytes.clone();
+            altered[index] ^= 1;
+            let altered = URL_SAFE_NO_PAD.encode(altered);
+            assert!(signer().open(&altered, &scope(workspace)).is_err(), "byte {index}");
+        }
+    }
+
+    #[test]
+    fn a_cursor_is_bound_to_workspace_filter_and_sort() {
+        let workspace = Uuid::new_v4();
+        let token = signer().issue(&scope(workspace), &position());
+        let others = [
+            scope(Uuid::new_v4()),
+            CursorScope { resource: "items", ..scope(workspace) },
+            CursorScope { kind: "customer", ..scope(workspace) },
+            CursorScope { search: None, ..scope(workspace) },
+            CursorScope { search: Some("acm"), ..scope(workspace) },
+            CursorScope { sort: SortKey::Name, ..scope(workspace) },
+        ];
+        for other in others {
+            assert_eq!(signer().open(&token, &other), Err(CursorError::Mismatch), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn another_secret_cannot_open_it() {
+        let workspace = Uuid::new_v4();
+        let token = signer().issue(&scope(workspace), &position());
+        let other = CursorSigner::new(SecretString::from("other".to_owned()), Duration::from_secs(86_400));
+        assert_eq!(other.open(&token, &scope(workspace)), Err(CursorError::Mismatch));
+    }
+
+    #[test]
+    fn cursors_expire_after_their_lifetime() {
+        let workspace = Uuid::new_v4();
+        let issued = Utc::now() - chrono::Duration::hours(25);
+        let token = signer().issue_at(&scope(workspace), &position(), issued);
+        assert_eq!(signer().open(&token, &scope(workspace)), Err(CursorError::Expired));
+        let fresh = signer().issue_at(&scope(workspace), &position(), Utc::now() - chrono::Duration::hours(23));
+        assert!(signer().open(&fresh, &scope(workspace)).is_ok());
+    }
+
+    #[test]
+    fn garbage_is_malformed_not_a_panic() {
+        let workspace = Uuid::new_v4();
+        for garbage in ["", "!!!", "AAAA", "a", &"A".repeat(100), "eyJ0eXAiOiJKV1QifQ"] {
+            assert!(signer().open(garbage, &scope(workspace)).is_err(), "{garbage:?}");
+        }
+    }
+}

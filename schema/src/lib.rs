@@ -1,0 +1,16 @@
+//! The contracts Lectern's binaries share: the record types the API serves and the
+//! projector writes, and (under `schema/`) the JSON and OpenAPI documents that other
+//! teams consume.
+//!
+//! With the `openapi` feature the types also describe themselves to poem-openapi, so
+//! the served OpenAPI document is derived from the same definitions as the JSON.
+//!
+//! # Layout
+//! - [`timestamp`]: instants rendered exactly as the contract demands (`…SS.mmmZ`).
+//! - [`contact`]: the Contact record.
+
+pub mod contact;
+pub mod timestamp;
+
+pub use contact::Contact;
+pub use timestamp::Timestamp;

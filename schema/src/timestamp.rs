@@ -1,0 +1,142 @@
+//! Instants as the contract writes them: UTC, exactly three fraction digits, `Z`.
+
+use std::fmt;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The regular expression every rendered [`Timestamp`] matches; stated in the OpenAPI
+/// document so clients can rely on it.
+pub const TIMESTAMP_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$";
+
+/// An instant that renders as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+///
+/// The full stored precision is kept (keyset cursors need it to be exact); only the
+/// rendering is cut to milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(DateTime<Utc>);
+
+/// Why a text is not an RFC 3339 instant.
+#[derive(Debug, thiserror::Error)]
+#[error("not an RFC 3339 date-time with a time zone: {0}")]
+pub struct TimestampError(#[from] chrono::ParseError);
+
+impl Timestamp {
+    /// Reads any RFC 3339 instant, whatever its offset, as UTC.
+    pub fn parse(text: &str) -> Result<Self, TimestampError> {
+        Ok(Self(DateTime::parse_from_rfc3339(text)?.with_timezone(&Utc)))
+    }
+
+    /// The instant with its full precision, for keyset positions.
+    pub fn as_datetime(&self) -> DateTime<Utc> {
+        self.0
+    }
+}
+
+impl From<DateTime<Utc>> for Timestamp {
+    fn from(value: DateTime<Utc>) -> Self {
+        Self(value)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "openapi")]
+mod openapi {
+    use std::borrow::Cow;
+
+    use poem_openapi::registry::{MetaSchema, MetaSchemaRef};
+    use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
+    use serde_json::Value;
+
+    use super::{Timestamp, TIMESTAMP_PATTERN};
+
+    impl Type for Timestamp {
+        const IS_REQUIRED: bool = true;
+        type RawValueType = Self;
+        type RawElementValueType = Self;
+
+        fn name() -> Cow<'static, str> {
+            "string_date-time_millis".into()
+        }
+
+        fn schema_ref() -> MetaSchemaRef {
+            let mut schema = MetaSchema::new_with_format("string", "date-time");
+            schema.pattern = Some(TIMESTAMP_PATTERN.to_owned());
+            schema.example = Some(Value::String("2025-02-03T08:00:00.000Z".to_owned()));
+            MetaSchemaRef::Inline(Box::new(schema))
+        }
+
+        fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+            Some(self)
+        }
+
+        fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+            Box::new(self.as_raw_value().into_iter())
+        }
+    }
+
+    impl ToJSON for Timestamp {
+        fn to_json(&self) -> Option<Value> {
+            Some(Value::String(self.to_string()))
+        }
+    }
+
+    impl ParseFromJSON for Timestamp {
+        fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+            match value.unwrap_or_default() {
+                Value::String(text) => Timestamp::parse(&text).map_err(ParseError::custom),
+                other => Err(ParseError::expected_type(other)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn renders_exactly_three_fraction_digits_and_z() {
+        let whole_second = Timestamp::from(Utc.with_ymd_and_hms(2025, 2, 3, 8, 0, 0).unwrap());
+        assert_eq!(whole_second.to_string(), "2025-02-03T08:00:00.000Z");
+
+        let micros = Timestamp::parse("2025-02-03T08:00:00.123456+00:00").unwrap();
+        assert_eq!(micros.to_string(), "2025-02-03T08:00:00.123Z");
+    }
+
+    #[test]
+    fn keeps_full_precision_for_positions() {
+        let micros = Timestamp::parse("2025-02-03T08:00:00.123456Z").unwrap();
+        assert_eq!(micros.as_datetime().timestamp_subsec_micros(), 123_456);
+    }
+
+    #[test]
+    fn reads_other_offsets_as_utc() {
+        let berlin = Timestamp::parse("2025-02-03T09:00:00.5+01:00").unwrap();
+        assert_eq!(berlin.to_string(), "2025-02-03T08:00:00.500Z");
+    }
+
+    #[test]
+    fn rejects_an_instant_without_a_zone() {
+        assert!(Timestamp::parse("2025-02-03T08:00:00").is_err());
+    }
+}
