@@ -1,1 +1,20 @@
-//! placeholder
+//! Test harness for Lectern's end-to-end tests: a fresh, migrated PostgreSQL database
+//! per test, the real HTTP app on a free port, API keys, seeded records, and the real
+//! binaries for command-line tests.
+//!
+//! # Layout
+//! - [`database`]: per-test databases (created from `LECTERN_TEST_DATABASE_URL`'s
+//!   server, default `postgres://postgres@127.0.0.1:5432/postgres`), swept when stale.
+//! - [`app`]: [`app::TestApp`], the app over HTTP, and [`app::Reply`] with the
+//!   contract's assertions.
+//! - [`seed`]: records and keys written the way the projector and `keys create` would.
+//! - [`binaries`]: paths to the workspace's built binaries.
+
+pub mod app;
+pub mod binaries;
+pub mod database;
+pub mod seed;
+
+pub use app::{Reply, TestApp};
+pub use database::TestDatabase;
+pub use seed::ContactSeed;

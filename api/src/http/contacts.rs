@@ -143,7 +143,8 @@ impl ContactsApi {
         #[oai(name = "id")]
         id: Path<RecordId>,
     ) -> Result<Json<ContactEnvelope>, GetContactError> {
-        let row = contacts::find(&state.pool, key.0.workspace_id, id.0.get()).await.map_err(ApiError::from)?;
+        let id = id.0.parse()?;
+        let row = contacts::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row = row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
         Ok(Json(ContactEnvelope { data: Contact::from(row), request_id: RequestId::current() }))
     }

@@ -21,6 +21,7 @@ use poem_openapi::registry::MetaSchema;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::error::ApiError;
 use crate::keys::Authenticator;
 use crate::listing::cursor::CursorSigner;
 use crate::listing::params::query_param_type;
@@ -32,20 +33,23 @@ pub struct AppState {
     pub cursors: CursorSigner,
 }
 
-/// A record id in a path: a UUID.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecordId(Uuid);
+/// A record id as it arrives in a path, checked by [`RecordId::parse`].
+///
+/// poem-openapi reports path parse failures under its internal route name
+/// (`param0`), so the UUID check happens here, where the error can name `id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordId(String);
 
 impl RecordId {
-    pub fn get(self) -> Uuid {
-        self.0
+    pub fn parse(&self) -> Result<Uuid, ApiError> {
+        Uuid::try_parse(&self.0).map_err(|_| ApiError::invalid("id", "must be a UUID"))
     }
 }
 
 impl FromStr for RecordId {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {
-        Uuid::try_parse(text).map(Self).map_err(|_| "must be a UUID".to_owned())
+        Ok(Self(text.to_owned()))
     }
 }
 
@@ -53,7 +57,7 @@ query_param_type!(
     RecordId,
     "RecordId",
     MetaSchema::new_with_format("string", "uuid"),
-    |id: &RecordId| serde_json::Value::String(id.0.to_string())
+    |id: &RecordId| serde_json::Value::String(id.0.clone())
 );
 
 /// The whole HTTP surface, every response passing through the envelope layer.

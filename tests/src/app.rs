@@ -1,0 +1,197 @@
+//! The real app over HTTP, and the contract's assertions on what it answers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lectern_api::http::{AppState, Application};
+use lectern_api::keys::{Authenticator, Environment, Scope};
+use lectern_api::listing::cursor::CursorSigner;
+use secrecy::SecretString;
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::seed::{create_key, test_pepper};
+
+/// The cursor secret every [`TestApp`] uses.
+pub const TEST_CURSOR_SECRET: &str = "lectern test cursor secret, not a real secret";
+
+/// A running app on a free port, its database, and an HTTP client.
+pub struct TestApp {
+    pub address: SocketAddr,
+    pub pool: PgPool,
+    pub http: reqwest::Client,
+}
+
+/// How a [`TestApp`] differs from the defaults.
+#[derive(Clone, Debug)]
+pub struct AppOptions {
+    pub environment: Environment,
+    pub cursor_lifetime: Duration,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        Self { environment: Environment::Live, cursor_lifetime: Duration::from_secs(86_400) }
+    }
+}
+
+impl TestApp {
+    pub async fn spawn(pool: PgPool) -> Self {
+        Self::spawn_with(pool, AppOptions::default()).await
+    }
+
+    pub async fn spawn_with(pool: PgPool, options: AppOptions) -> Self {
+        lectern_api::telemetry::init();
+        let state = AppState {
+            pool: pool.clone(),
+            authenticator: Arc::new(Authenticator::new(pool.clone(), test_pepper(), options.environment)),
+            cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
+        };
+        let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
+        let address = application.local_addr().expect("bound address");
+        tokio::spawn(application.run_until_stopped(std::future::pending()));
+        Self { address, pool, http: reqwest::Client::new() }
+    }
+
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("http://{}{path_and_query}", self.address)
+    }
+
+    /// A key for `workspace_id` with `scopes`.
+    pub async fn key(&self, workspace_id: Uuid, scopes: &[Scope]) -> String {
+        create_key(&self.pool, workspace_id, scopes).await.1
+    }
+
+    /// A fresh workspace and a `contacts:read` key for it.
+    pub async fn workspace_with_key(&self) -> (Uuid, String) {
+        let workspace_id = Uuid::new_v4();
+        (workspace_id, self.key(workspace_id, &[Scope::ContactsRead]).await)
+    }
+
+    /// GET with an API key.
+    pub async fn get(&self, key: &str, path_and_query: &str) -> Reply {
+        self.send(self.http.get(self.url(path_and_query)).header("X-API-Key", key)).await
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
+        Reply::read(request.send().await.expect("request reaches the app")).await
+    }
+
+    /// Follows `nextCursor` from `first` to the end; returns every page's body.
+    pub async fn traverse(&self, key: &str, first: &str) -> Vec<Value> {
+        let mut pages = Vec::new();
+        let separator = if first.contains('?') { '&' } else { '?' };
+        let mut next = first.to_owned();
+        loop {
+            let reply = self.get(key, &next).await;
+            reply.assert_ok();
+            let cursor = reply.body["page"]["nextCursor"].as_str().map(str::to_owned);
+            pages.push(reply.body);
+            match cursor {
+                Some(cursor) => next = format!("{first}{separator}cursor={}", urlencode(&cursor)),
+                None => return pages,
+            }
+            assert!(pages.len() < 10_000, "traversal does not end");
+        }
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn urlencode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// An answer, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+    /// The body as JSON, or `Value::Null` when it is not JSON.
+    pub body: Value,
+}
+
+impl Reply {
+    pub async fn read(response: reqwest::Response) -> Self {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("read body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Self { status, headers, text, body }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// 200 with `{data, page, requestId}` or `{data, requestId}` and matching ids.
+    pub fn assert_ok(&self) {
+        assert_eq!(self.status, 200, "expected 200, got {}: {}", self.status, self.text);
+        self.assert_request_id();
+    }
+
+    /// The contract's error shape, exactly, with `status` and `code`.
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status, status, "expected {status} {code}, got {}: {}", self.status, self.text);
+        let object = self.body.as_object().unwrap_or_else(|| panic!("error body is not a JSON object: {}", self.text));
+        let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["error", "requestId"], "{}", self.text);
+        let error = self.body["error"].as_object().expect("error is an object");
+        assert!(error.keys().all(|key| ["code", "message", "details"].contains(&key.as_str())), "{}", self.text);
+        assert_eq!(self.body["error"]["code"], code, "{}", self.text);
+        let message = self.body["error"]["message"].as_str().expect("message is a string");
+        assert!(!message.is_empty(), "message must not be empty");
+        assert!(
+            self.header("content-type").is_some_and(|kind| kind.starts_with("application/json")),
+            "error content type: {:?}",
+            self.header("content-type")
+        );
+        self.assert_request_id();
+    }
+
+    /// `details` of a VALIDATION_ERROR, which must name each bad parameter.
+    pub fn details(&self) -> Vec<String> {
+        self.body["error"]["details"]
+            .as_array()
+            .map(|details| details.iter().filter_map(|d| d.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The body's requestId matches the pattern and equals `X-Request-Id`.
+    pub fn assert_request_id(&self) {
+        let header = self.header("x-request-id").expect("X-Request-Id header");
+        assert!(is_request_id(header), "X-Request-Id {header:?} does not match the pattern");
+        if let Some(body_id) = self.body.get("requestId") {
+            assert_eq!(body_id, header, "body requestId differs from X-Request-Id");
+        }
+    }
+
+    /// The `data` array of a listing.
+    pub fn data(&self) -> &Vec<Value> {
+        self.body["data"].as_array().unwrap_or_else(|| panic!("no data array: {}", self.text))
+    }
+
+    /// Names in `data`, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.data().iter().map(|record| record["name"].as_str().unwrap_or_default().to_owned()).collect()
+    }
+}
+
+/// The contract's RequestId pattern: `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
+pub fn is_request_id(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (1..=128).contains(&bytes.len())
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}

@@ -1,0 +1,57 @@
+//! One fresh database per test, so tests run in parallel and never see each other.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
+use tokio::sync::OnceCell;
+
+/// The server tests create their databases on.
+pub fn admin_url() -> String {
+    std::env::var("LECTERN_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+const PREFIX: &str = "lectern_test_";
+/// Databases older than this were left by crashed or killed runs.
+const STALE_AFTER_SECS: u64 = 3_600;
+
+static SWEPT: OnceCell<()> = OnceCell::const_new();
+
+/// A migrated database of its own, and its URL for the binaries.
+pub struct TestDatabase {
+    pub pool: PgPool,
+    pub url: String,
+    pub name: String,
+}
+
+impl TestDatabase {
+    pub async fn create() -> Self {
+        let admin = admin_url();
+        let mut connection = PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL server");
+        SWEPT.get_or_init(|| sweep_stale(admin.clone())).await;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
+        let name = format!("{PREFIX}{now}_{}", uuid::Uuid::new_v4().simple());
+        connection.execute(format!(r#"create database "{name}""#).as_str()).await.expect("create test database");
+        let options: PgConnectOptions = admin.parse().expect("test database URL");
+        let options = options.database(&name);
+        let url = options.to_url_lossy().to_string();
+        let pool = PgPoolOptions::new().max_connections(20).connect_with(options).await.expect("connect to test database");
+        lectern_api::db::MIGRATOR.run(&pool).await.expect("apply migrations");
+        Self { pool, url, name }
+    }
+}
+
+async fn sweep_stale(admin: String) {
+    let Ok(mut connection) = PgConnection::connect(&admin).await else { return };
+    let names: Vec<String> = sqlx::query_scalar("select datname from pg_database where datname like 'lectern\\_test\\_%'")
+        .fetch_all(&mut connection)
+        .await
+        .unwrap_or_default();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
+    for name in names {
+        let created = name.trim_start_matches(PREFIX).split('_').next().and_then(|secs| secs.parse::<u64>().ok());
+        if created.is_some_and(|created| now.saturating_sub(created) > STALE_AFTER_SECS) {
+            let _ = connection.execute(format!(r#"drop database if exists "{name}" with (force)"#).as_str()).await;
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Records and keys, written as the projector and `keys create` write them.
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use lectern_api::keys::store::{self, NewKey};
+use lectern_api::keys::{Environment, IssuedKey, Pepper, Scope};
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// The pepper every [`crate::TestApp`] uses unless a test says otherwise.
+pub fn test_pepper() -> Pepper {
+    Pepper::new(SecretString::from("lectern test pepper, not a real secret".to_owned()))
+}
+
+/// A key made and stored the way `keys create` does; returns (key id, full key).
+pub async fn create_key(pool: &PgPool, workspace_id: Uuid, scopes: &[Scope]) -> (String, String) {
+    create_key_with(pool, workspace_id, scopes, Environment::Live, None).await
+}
+
+pub async fn create_key_with(
+    pool: &PgPool,
+    workspace_id: Uuid,
+    scopes: &[Scope],
+    environment: Environment,
+    expires_at: Option<DateTime<Utc>>,
+) -> (String, String) {
+    let issued = IssuedKey::generate(environment, &test_pepper());
+    let new = NewKey { workspace_id, name: Some("test"), scopes, expires_at };
+    store::insert(pool, &issued, &new).await.expect("insert key");
+    (issued.key_id.clone(), issued.key.expose_secret().to_owned())
+}
+
+/// A contact row; `ContactSeed::named("x")` gives a complete active contact.
+#[derive(Clone, Debug)]
+pub struct ContactSeed {
+    pub id: Uuid,
+    pub name: String,
+    pub email: Option<String>,
+    pub phone: Option<String>,
+    pub address: Option<String>,
+    pub tin: Option<String>,
+    pub is_customer: bool,
+    pub is_supplier: bool,
+    pub created_at: DateTime<Utc>,
+    pub status: &'static str,
+}
+
+impl ContactSeed {
+    pub fn named(name: &str) -> Self {
+        Self {
+            id: Uuid::new_v4(),
+            name: name.to_owned(),
+            email: None,
+            phone: None,
+            address: None,
+            tin: None,
+            is_customer: true,
+            is_supplier: false,
+            created_at: base_time(),
+            status: "active",
+        }
+    }
+
+    /// Created `seconds` after a fixed base instant, so orders are predictable.
+    pub fn at(mut self, seconds: i64) -> Self {
+        self.created_at = base_time() + Duration::seconds(seconds);
+        self
+    }
+
+    pub fn status(mut self, status: &'static str) -> Self {
+        self.status = status;
+        self
+    }
+
+    pub fn roles(mut self, is_customer: bool, is_supplier: bool) -> Self {
+        self.is_customer = is_customer;
+        self.is_supplier = is_supplier;
+        self
+    }
+
+    pub fn email(mut self, email: &str) -> Self {
+        self.email = Some(email.to_owned());
+        self
+    }
+
+    pub fn phone(mut self, phone: &str) -> Self {
+        self.phone = Some(phone.to_owned());
+        self
+    }
+
+    pub fn tin(mut self, tin: &str) -> Self {
+        self.tin = Some(tin.to_owned());
+        self
+    }
+
+    pub fn address(mut self, address: &str) -> Self {
+        self.address = Some(address.to_owned());
+        self
+    }
+
+    pub async fn insert(&self, pool: &PgPool, workspace_id: Uuid) -> Uuid {
+        sqlx::query(
+            "insert into contacts (workspace_id, id, version, status, name, email, phone, address, tin,
+                                   is_customer, is_supplier, created_at)
+             values ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             on conflict (workspace_id, id) do update set
+               version = contacts.version + 1, status = excluded.status, name = excluded.name,
+               email = excluded.email, phone = excluded.phone, address = excluded.address,
+               tin = excluded.tin, is_customer = excluded.is_customer,
+               is_supplier = excluded.is_supplier, created_at = excluded.created_at",
+        )
+        .bind(workspace_id)
+        .bind(self.id)
+        .bind(self.status)
+        .bind(&self.name)
+        .bind(&self.email)
+        .bind(&self.phone)
+        .bind(&self.address)
+        .bind(&self.tin)
+        .bind(self.is_customer)
+        .bind(self.is_supplier)
+        .bind(self.created_at)
+        .execute(pool)
+        .await
+        .expect("insert contact");
+        self.id
+    }
+}
+
+/// 2025-02-03T08:00:00Z: the base of seeded creation times.
+pub fn base_time() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2025, 2, 3, 8, 0, 0).single().unwrap_or_default()
+}
+
+/// Inserts `count` contacts named `prefix 0000`..., one second apart.
+pub async fn insert_contacts(pool: &PgPool, workspace_id: Uuid, prefix: &str, count: usize) -> Vec<Uuid> {
+    let mut ids = Vec::with_capacity(count);
+    for index in 0..count {
+        let seed = ContactSeed::named(&format!("{prefix} {index:04}")).at(index as i64);
+        ids.push(seed.insert(pool, workspace_id).await);
+    }
+    ids
+}

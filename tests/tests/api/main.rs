@@ -1,0 +1,11 @@
+//! End-to-end tests of lectern-api: the real app over HTTP against a real PostgreSQL.
+//! Each test creates its own database, so they run in parallel.
+
+mod auth;
+mod cli;
+mod contract;
+mod listing;
+mod openapi;
+mod params;
+mod retrieve;
+mod search;
