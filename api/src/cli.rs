@@ -327,9 +327,8 @@ async fn list_keys(args: ListKeysArgs) -> Result<(), CommandError> {
 
 async fn revoke_key(args: RevokeKeyArgs) -> Result<(), CommandError> {
     let pool = connect(&args.database).await?;
-    let outcome = store::revoke(&pool, &args.id)
-        .await
-        .map_err(|source| database_error(&args.database.database_url, source))?;
+    let outcome =
+        store::revoke(&pool, &args.id).await.map_err(|source| database_error(&args.database.database_url, source))?;
     match outcome {
         Revocation::Revoked(at) => write_stdout(&format!("Revoked key {} at {}.\n", args.id, at.to_rfc3339())),
         Revocation::AlreadyRevoked(at) => {

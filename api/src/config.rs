@@ -25,7 +25,12 @@ fn secret(text: &str) -> Result<SecretString, String> {
 #[derive(Clone, Debug, Args)]
 pub struct DatabaseArgs {
     /// PostgreSQL connection URL; the database is created by `migrate` and `dev` if missing.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/lectern", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/lectern",
+        hide_env_values = true
+    )]
     pub database_url: String,
 }
 
@@ -69,11 +74,17 @@ pub struct SecretArgs {
 
 impl SecretArgs {
     pub fn pepper(&self) -> Result<Pepper, CommandError> {
-        resolve(self.key_pepper.as_ref(), "--key-pepper/LECTERN_KEY_PEPPER", DEV_KEY_PEPPER, self.production).map(Pepper::new)
+        resolve(self.key_pepper.as_ref(), "--key-pepper/LECTERN_KEY_PEPPER", DEV_KEY_PEPPER, self.production)
+            .map(Pepper::new)
     }
 
     pub fn cursor_secret(&self) -> Result<SecretString, CommandError> {
-        resolve(self.cursor_secret.as_ref(), "--cursor-secret/LECTERN_CURSOR_SECRET", DEV_CURSOR_SECRET, self.production)
+        resolve(
+            self.cursor_secret.as_ref(),
+            "--cursor-secret/LECTERN_CURSOR_SECRET",
+            DEV_CURSOR_SECRET,
+            self.production,
+        )
     }
 }
 

@@ -106,7 +106,7 @@ pub fn code_for_status(status: StatusCode) -> ErrorCode {
         423 => ErrorCode::BooksLocked,
         429 => ErrorCode::RateLimited,
         503 => ErrorCode::ServiceUnavailable,
-        400..=499 => ErrorCode::RequestFailed,
+        _ if status.is_client_error() => ErrorCode::RequestFailed,
         _ => ErrorCode::InternalError,
     }
 }

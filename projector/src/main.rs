@@ -1,1 +1,5 @@
-fn main() {}
+//! The `lectern-projector` binary; everything lives in the library.
+
+fn main() -> std::process::ExitCode {
+    lectern_projector::cli::main()
+}

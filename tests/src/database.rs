@@ -8,7 +8,8 @@ use tokio::sync::OnceCell;
 
 /// The server tests create their databases on.
 pub fn admin_url() -> String {
-    std::env::var("LECTERN_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+    std::env::var("LECTERN_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
 const PREFIX: &str = "lectern_test_";
@@ -35,7 +36,8 @@ impl TestDatabase {
         let options: PgConnectOptions = admin.parse().expect("test database URL");
         let options = options.database(&name);
         let url = options.to_url_lossy().to_string();
-        let pool = PgPoolOptions::new().max_connections(20).connect_with(options).await.expect("connect to test database");
+        let pool =
+            PgPoolOptions::new().max_connections(20).connect_with(options).await.expect("connect to test database");
         lectern_api::db::MIGRATOR.run(&pool).await.expect("apply migrations");
         Self { pool, url, name }
     }
@@ -43,10 +45,11 @@ impl TestDatabase {
 
 async fn sweep_stale(admin: String) {
     let Ok(mut connection) = PgConnection::connect(&admin).await else { return };
-    let names: Vec<String> = sqlx::query_scalar("select datname from pg_database where datname like 'lectern\\_test\\_%'")
-        .fetch_all(&mut connection)
-        .await
-        .unwrap_or_default();
+    let names: Vec<String> =
+        sqlx::query_scalar("select datname from pg_database where datname like 'lectern\\_test\\_%'")
+            .fetch_all(&mut connection)
+            .await
+            .unwrap_or_default();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
     for name in names {
         let created = name.trim_start_matches(PREFIX).split('_').next().and_then(|secs| secs.parse::<u64>().ok());

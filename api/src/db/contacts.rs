@@ -81,11 +81,9 @@ impl From<ContactRow> for Contact {
 /// One active contact of `workspace_id`, or `None`: unknown, inactive and foreign ids
 /// are indistinguishable on purpose.
 pub async fn find(pool: &PgPool, workspace_id: Uuid, id: Uuid) -> Result<Option<ContactRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "select {COLUMNS} from contacts where workspace_id = $1 and id = $2 and status = 'active'"
-    ))
-    .bind(workspace_id)
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+    sqlx::query_as(&format!("select {COLUMNS} from contacts where workspace_id = $1 and id = $2 and status = 'active'"))
+        .bind(workspace_id)
+        .bind(id)
+        .fetch_optional(pool)
+        .await
 }

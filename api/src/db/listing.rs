@@ -26,7 +26,10 @@ pub trait Resource {
     type Row: for<'r> FromRow<'r, PgRow> + Keyed + Send + Unpin;
 }
 
-pub async fn fetch_page<R: Resource>(pool: &PgPool, request: &ListRequest<R::Kind>) -> Result<Vec<R::Row>, sqlx::Error> {
+pub async fn fetch_page<R: Resource>(
+    pool: &PgPool,
+    request: &ListRequest<R::Kind>,
+) -> Result<Vec<R::Row>, sqlx::Error> {
     let mut sql = list_sql::<R>(request);
     sql.build_query_as::<R::Row>().persistent(request.search.is_none()).fetch_all(pool).await
 }
@@ -42,16 +45,18 @@ pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>) -> QueryBuil
     }
     if let Some(search) = &request.search {
         let pattern = search.like_escaped();
-        sql.push(" and search_text like '%' || lower(");
+        // Lower-cased with ICU like the indexed document, then back in the default
+        // collation: a LIKE in the ICU collation would not match the trigram index.
+        sql.push(" and search_text like '%' || (lower(");
         sql.push_bind(pattern.clone());
-        sql.push(" collate \"und-x-icu\") || '%'");
+        sql.push(" collate \"und-x-icu\") collate \"default\") || '%'");
         if search.as_str().contains('\n') {
             // Only a term with a newline can span two fields of the search document.
             sql.push(" and (false");
             for field in R::SEARCH_FIELDS {
-                sql.push(format!(" or lower({field} collate \"und-x-icu\") like '%' || lower("));
+                sql.push(format!(" or lower({field} collate \"und-x-icu\") like '%' || (lower("));
                 sql.push_bind(pattern.clone());
-                sql.push(" collate \"und-x-icu\") || '%'");
+                sql.push(" collate \"und-x-icu\") collate \"default\") || '%'");
             }
             sql.push(")");
         }

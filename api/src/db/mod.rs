@@ -58,8 +58,12 @@ pub fn is_unavailable(error: &sqlx::Error) -> bool {
             // 08: connection exceptions; 53: insufficient resources (too many
             // connections); 57P01-03: shutdown / cannot connect now; 57014: statement
             // timeout; 40001/40P01 are transient too.
-            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P") || code == "57014"
-                || code == "40001" || code == "40P01"
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code == "57014"
+                || code == "40001"
+                || code == "40P01"
         }),
         _ => false,
     }

@@ -42,7 +42,8 @@ pub async fn list_page<R: Resource>(
         sort: request.sort,
     };
     if let Some(token) = &params.cursor {
-        let position = state.cursors.open(token.as_str(), &scope).map_err(|problem| ApiError::invalid("cursor", problem))?;
+        let position =
+            state.cursors.open(token.as_str(), &scope).map_err(|problem| ApiError::invalid("cursor", problem))?;
         request.after = Some(position);
     }
     let rows = fetch_page::<R>(&state.pool, &request).await?;

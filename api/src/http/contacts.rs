@@ -12,7 +12,7 @@ use super::auth::ContactsReader;
 use super::collection::{list_page, ListParams};
 use super::envelope::error_responses;
 use super::request_id::RequestId;
-use super::strict_query::{parses_as, QueryContract, StrictQuery};
+use super::strict_query::{parses_as, Parameter, QueryContract, StrictQuery};
 use super::{AppState, RecordId};
 use crate::db::contacts::{self, ContactType, Contacts};
 use crate::error::ApiError;
@@ -65,7 +65,7 @@ error_responses! {
 pub struct ListContactsQuery;
 
 impl QueryContract for ListContactsQuery {
-    const PARAMETERS: &'static [(&'static str, fn(&str) -> Result<(), String>)] = &[
+    const PARAMETERS: &'static [Parameter] = &[
         ("search", parses_as::<SearchText>),
         ("cursor", parses_as::<CursorToken>),
         ("limit", parses_as::<Limit>),
@@ -79,7 +79,7 @@ impl QueryContract for ListContactsQuery {
 pub struct NoQuery;
 
 impl QueryContract for NoQuery {
-    const PARAMETERS: &'static [(&'static str, fn(&str) -> Result<(), String>)] = &[];
+    const PARAMETERS: &'static [Parameter] = &[];
 }
 
 #[derive(Debug, poem_openapi::Tags)]
@@ -145,7 +145,8 @@ impl ContactsApi {
     ) -> Result<Json<ContactEnvelope>, GetContactError> {
         let id = id.0.parse()?;
         let row = contacts::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
-        let row = row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
+        let row =
+            row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
         Ok(Json(ContactEnvelope { data: Contact::from(row), request_id: RequestId::current() }))
     }
 }

@@ -47,10 +47,7 @@ impl ErrorResponse {
     }
 
     fn from_status(status: StatusCode, message: String, details: Option<Vec<String>>) -> Self {
-        Self {
-            error: ErrorInfo { code: code_for_status(status), message, details },
-            request_id: RequestId::current(),
-        }
+        Self { error: ErrorInfo { code: code_for_status(status), message, details }, request_id: RequestId::current() }
     }
 }
 
@@ -158,14 +155,25 @@ fn render_error(error: poem::Error) -> Response {
         return json_response(api_error.status(), &ErrorResponse::for_current_request(api_error));
     }
     if let Some((name, reason)) = parameter_problem(&error) {
-        let api_error = ApiError::invalid(name, reason.trim_start_matches("failed to parse \"").split_once("\": ").map_or(reason, |(_, why)| why));
+        let api_error = ApiError::invalid(
+            name,
+            reason.trim_start_matches("failed to parse \"").split_once("\": ").map_or(reason, |(_, why)| why),
+        );
         return json_response(api_error.status(), &ErrorResponse::for_current_request(&api_error));
     }
     let status = error.status();
     let body = if status == StatusCode::NOT_FOUND {
-        ErrorResponse::from_status(status, "No such resource: check the path against /v1/openapi.json.".to_owned(), None)
+        ErrorResponse::from_status(
+            status,
+            "No such resource: check the path against /v1/openapi.json.".to_owned(),
+            None,
+        )
     } else if status == StatusCode::METHOD_NOT_ALLOWED {
-        ErrorResponse::from_status(status, "This method is not allowed on this path; the API is read-only (GET).".to_owned(), None)
+        ErrorResponse::from_status(
+            status,
+            "This method is not allowed on this path; the API is read-only (GET).".to_owned(),
+            None,
+        )
     } else if status == StatusCode::UNAUTHORIZED {
         ErrorResponse::from_status(status, "Missing API key: send it in the X-API-Key header.".to_owned(), None)
     } else if status == StatusCode::BAD_REQUEST {
@@ -192,8 +200,5 @@ fn parameter_problem(error: &poem::Error) -> Option<(&'static str, &str)> {
 fn json_response(status: StatusCode, body: &ErrorResponse) -> Response {
     use poem_openapi::types::ToJSON;
     let json = body.to_json_string();
-    Response::builder()
-        .status(status)
-        .content_type("application/json; charset=utf-8")
-        .body(json)
+    Response::builder().status(status).content_type("application/json; charset=utf-8").body(json)
 }

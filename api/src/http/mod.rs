@@ -53,12 +53,9 @@ impl FromStr for RecordId {
     }
 }
 
-query_param_type!(
-    RecordId,
-    "RecordId",
-    MetaSchema::new_with_format("string", "uuid"),
-    |id: &RecordId| serde_json::Value::String(id.0.clone())
-);
+query_param_type!(RecordId, "RecordId", MetaSchema::new_with_format("string", "uuid"), |id: &RecordId| {
+    serde_json::Value::String(id.0.clone())
+});
 
 /// The whole HTTP surface, every response passing through the envelope layer.
 pub fn app(state: Arc<AppState>) -> impl Endpoint {

@@ -26,9 +26,7 @@ impl RequestId {
         let bytes = value.as_bytes();
         let well_formed = (1..=128).contains(&bytes.len())
             && bytes[0].is_ascii_alphanumeric()
-            && bytes[1..]
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+            && bytes[1..].iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
         // `_` is allowed after the first character by the pattern, but never generated.
         well_formed.then(|| Self(value.to_owned()))
     }
@@ -101,7 +99,9 @@ impl ToJSON for RequestId {
 impl ParseFromJSON for RequestId {
     fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
         match value.unwrap_or_default() {
-            Value::String(text) => Self::from_client(&text).ok_or_else(|| ParseError::custom("does not match the RequestId pattern")),
+            Value::String(text) => {
+                Self::from_client(&text).ok_or_else(|| ParseError::custom("does not match the RequestId pattern"))
+            }
             other => Err(ParseError::expected_type(other)),
         }
     }

@@ -16,8 +16,13 @@ use crate::error::ApiError;
 /// The query parameters an operation accepts, with the parser of each value.
 /// A test checks these against the OpenAPI document, so the two cannot drift apart.
 pub trait QueryContract: Send + Sync + 'static {
-    const PARAMETERS: &'static [(&'static str, fn(&str) -> Result<(), String>)];
+    const PARAMETERS: &'static [Parameter];
 }
+
+/// Validates one parameter's value, saying what is wrong with it.
+pub type ValueCheck = fn(&str) -> Result<(), String>;
+/// An accepted query parameter: its name and its value check.
+pub type Parameter = (&'static str, ValueCheck);
 
 /// The value check for a parameter of type `T`: the same parser the operation uses.
 pub fn parses_as<T: FromStr<Err = String>>(value: &str) -> Result<(), String> {
@@ -33,8 +38,15 @@ impl<'a, C: QueryContract> FromRequest<'a> for StrictQuery<C> {
         let problems = problems(request, C::PARAMETERS);
         match problems.len() {
             0 => Ok(Self(PhantomData)),
-            1 => Err(ApiError::Validation { message: format!("Invalid request: {}", problems[0]), details: problems }.into()),
-            n => Err(ApiError::Validation { message: format!("Invalid request: {n} problems, listed in details."), details: problems }.into()),
+            1 => {
+                Err(ApiError::Validation { message: format!("Invalid request: {}", problems[0]), details: problems }
+                    .into())
+            }
+            n => Err(ApiError::Validation {
+                message: format!("Invalid request: {n} problems, listed in details."),
+                details: problems,
+            }
+            .into()),
         }
     }
 }
@@ -42,7 +54,7 @@ impl<'a, C: QueryContract> FromRequest<'a> for StrictQuery<C> {
 /// Longest parameter name echoed back in a message.
 const MAX_ECHOED_NAME: usize = 64;
 
-fn problems(request: &Request, allowed: &[(&'static str, fn(&str) -> Result<(), String>)]) -> Vec<String> {
+fn problems(request: &Request, allowed: &[Parameter]) -> Vec<String> {
     let mut problems = Vec::new();
     if has_body(request) {
         problems.push("body: a GET request takes no body (the workspace always comes from the API key)".to_owned());
@@ -120,10 +132,14 @@ mod tests {
     }
 
     fn small(value: &str) -> Result<(), String> {
-        if value.len() < 3 { Ok(()) } else { Err("too long".to_owned()) }
+        if value.len() < 3 {
+            Ok(())
+        } else {
+            Err("too long".to_owned())
+        }
     }
 
-    const ALLOWED: &[(&str, fn(&str) -> Result<(), String>)] = &[("a", ok), ("b", small)];
+    const ALLOWED: &[Parameter] = &[("a", ok), ("b", small)];
 
     fn check(uri: &str) -> Vec<String> {
         problems(&Request::builder().uri(uri.parse().unwrap()).finish(), ALLOWED)

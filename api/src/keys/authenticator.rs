@@ -155,7 +155,9 @@ impl Authenticator {
         loop {
             match self.listen_until_disconnected().await {
                 Ok(()) => backoff = Duration::from_millis(100),
-                Err(error) => tracing::warn!(%error, "key-change listener failed; keys are read from the database until it reconnects"),
+                Err(error) => {
+                    tracing::warn!(%error, "key-change listener failed; keys are read from the database until it reconnects")
+                }
             }
             self.listening.store(false, Ordering::Release);
             self.forget_everything();

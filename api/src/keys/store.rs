@@ -67,12 +67,10 @@ pub async fn insert(pool: &PgPool, issued: &IssuedKey, new: &NewKey<'_>) -> Resu
 }
 
 pub async fn list(pool: &PgPool, workspace_id: Uuid) -> Result<Vec<KeySummary>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "select {SUMMARY_COLUMNS} from api_keys where workspace_id = $1 order by created_at, id"
-    ))
-    .bind(workspace_id)
-    .fetch_all(pool)
-    .await
+    sqlx::query_as(&format!("select {SUMMARY_COLUMNS} from api_keys where workspace_id = $1 order by created_at, id"))
+        .bind(workspace_id)
+        .fetch_all(pool)
+        .await
 }
 
 /// What `keys revoke` found.

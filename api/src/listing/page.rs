@@ -32,4 +32,3 @@ pub fn paginate<R: Keyed>(
     };
     (rows, PageInfo { has_more, next_cursor })
 }
-

@@ -7,5 +7,6 @@ mod contract;
 mod listing;
 mod openapi;
 mod params;
+mod plans;
 mod retrieve;
 mod search;
