@@ -202,3 +202,59 @@ fn json_response(status: StatusCode, body: &ErrorResponse) -> Response {
     let json = body.to_json_string();
     Response::builder().status(status).content_type("application/json; charset=utf-8").body(json)
 }
+
+#[cfg(test)]
+mod tests {
+    use poem::endpoint::make;
+    use poem::http::StatusCode;
+    use poem::{Request, Response};
+    use std::sync::Arc;
+
+    use super::envelope;
+
+    async fn envelope_of(endpoint: impl poem::Endpoint + 'static, request: Request) -> (Response, serde_json::Value) {
+        let response = envelope(Arc::new(endpoint), request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = body.into_bytes().await.unwrap();
+        (Response::from_parts(parts, poem::Body::empty()), serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_becomes_a_500_in_the_error_shape() {
+        async fn boom(_: Request) -> &'static str {
+            panic!("handler bug")
+        }
+
+        let (response, body) = envelope_of(make(boom), Request::default()).await;
+
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "INTERNAL_ERROR");
+        assert!(!body.to_string().contains("handler bug"), "the panic message must not leak: {body}");
+        assert_eq!(response.headers()["x-request-id"].to_str().unwrap(), body["requestId"]);
+    }
+
+    #[tokio::test]
+    async fn an_unexpected_error_from_poem_keeps_its_status_in_the_error_shape() {
+        async fn refuse(_: Request) -> poem::Result<&'static str> {
+            Err(poem::Error::from_status(StatusCode::UNSUPPORTED_MEDIA_TYPE))
+        }
+
+        let (response, body) = envelope_of(make(refuse), Request::default()).await;
+
+        assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert_eq!(body["error"]["code"], "REQUEST_FAILED");
+    }
+
+    #[tokio::test]
+    async fn a_503_always_says_when_to_retry() {
+        async fn unavailable(_: Request) -> poem::Result<&'static str> {
+            Err(crate::error::ApiError::Unavailable(sqlx::Error::PoolTimedOut).into())
+        }
+
+        let (response, body) = envelope_of(make(unavailable), Request::default()).await;
+
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["error"]["code"], "SERVICE_UNAVAILABLE");
+        assert!(response.headers().contains_key("retry-after"));
+    }
+}
