@@ -47,12 +47,17 @@ impl<S: tracing::Subscriber> Layer<S> for Recorder {
     }
 }
 
-#[tokio::test]
-async fn each_request_sends_exactly_one_statement_once_its_key_is_cached() {
+/// Records the statements sent while the returned guard lives (on this thread).
+fn record_statements() -> (Statements, tracing::subscriber::DefaultGuard) {
     let statements = Statements::default();
     let recorder =
         Recorder(statements.clone()).with_filter(Targets::new().with_target("sqlx::query", tracing::Level::TRACE));
-    let _guard = tracing::subscriber::set_default(Registry::default().with(recorder));
+    (statements, tracing::subscriber::set_default(Registry::default().with(recorder)))
+}
+
+#[tokio::test]
+async fn each_request_sends_exactly_one_statement_once_its_key_is_cached() {
+    let (statements, _guard) = record_statements();
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
     let (workspace, key) = app.workspace_with_key().await;
@@ -79,10 +84,7 @@ async fn each_request_sends_exactly_one_statement_once_its_key_is_cached() {
 
 #[tokio::test]
 async fn a_request_refused_for_its_parameters_sends_no_statement() {
-    let statements = Statements::default();
-    let recorder =
-        Recorder(statements.clone()).with_filter(Targets::new().with_target("sqlx::query", tracing::Level::TRACE));
-    let _guard = tracing::subscriber::set_default(Registry::default().with(recorder));
+    let (statements, _guard) = record_statements();
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
     let (_, key) = app.workspace_with_key().await;
