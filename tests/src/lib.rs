@@ -10,6 +10,12 @@
 //! - [`seed`]: records and keys written the way the projector and `keys create` would.
 //! - [`binaries`]: paths to the workspace's built binaries.
 
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "in tests, a failed expectation is the test failing, with its message"
+)]
+
 pub mod app;
 pub mod binaries;
 pub mod database;
