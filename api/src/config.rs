@@ -68,7 +68,7 @@ pub struct SecretArgs {
     #[arg(long, env = "LECTERN_CURSOR_SECRET", value_parser = secret, hide_env_values = true)]
     pub cursor_secret: Option<SecretString>,
     /// Production mode: refuse to start without real secrets (set LECTERN_PRODUCTION=1).
-    #[arg(long, env = "LECTERN_PRODUCTION")]
+    #[arg(long, env = "LECTERN_PRODUCTION", value_parser = clap::builder::BoolishValueParser::new())]
     pub production: bool,
 }
 

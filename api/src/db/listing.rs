@@ -54,7 +54,7 @@ pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>) -> QueryBuil
             // Only a term with a newline can span two fields of the search document.
             sql.push(" and (false");
             for field in R::SEARCH_FIELDS {
-                sql.push(format!(" or lower({field} collate \"und-x-icu\") like '%' || (lower("));
+                sql.push(format!(" or (lower({field} collate \"und-x-icu\") collate \"default\") like '%' || (lower("));
                 sql.push_bind(pattern.clone());
                 sql.push(" collate \"und-x-icu\") collate \"default\") || '%'");
             }
