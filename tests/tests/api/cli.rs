@@ -1,1 +1,607 @@
-//! placeholder
+//! The `lectern-api` binary itself: `keys create | list | revoke`, `migrate`, and
+//! `serve`'s configuration, each run as a real process against a real database.
+
+// The helpers below fail the test on a broken set-up, as the tests themselves do.
+#![expect(clippy::expect_used, reason = "test helpers panic with the reason, like the tests")]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use lectern_api::keys::{Environment, ParsedKey};
+use lectern_tests::app::AppOptions;
+use lectern_tests::database::admin_url;
+use lectern_tests::seed::test_pepper;
+use lectern_tests::{TestApp, TestDatabase};
+use serde_json::Value;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
+use tokio::process::Command;
+use uuid::Uuid;
+
+/// The pepper [`TestApp`] hashes with (tests/src/seed.rs), so CLI-made keys work there.
+const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
+/// A secret long enough for production (over 32 bytes).
+const LONG_SECRET: &str = "a production-grade secret of more than thirty-two bytes";
+/// How long any one process may take before the test fails instead of hanging.
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a finished `lectern-api` run left behind.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn from_output(output: Output) -> Self {
+        Self {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    fn assert_success(&self) {
+        assert_eq!(self.code, Some(0), "expected exit 0: {self:#?}");
+        self.assert_no_panic();
+    }
+
+    fn assert_no_panic(&self) {
+        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
+    }
+
+    /// The lines of stderr that are the error report (logs are other lines).
+    fn error_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|line| line.starts_with("error")).collect()
+    }
+
+    /// Exit `code` (any failure when `None`) with exactly one error line, which
+    /// contains every one of `needles`.
+    fn assert_one_line_error(&self, code: Option<i32>, needles: &[&str]) {
+        match code {
+            Some(code) => assert_eq!(self.code, Some(code), "expected exit {code}: {self:#?}"),
+            None => assert!(self.code.is_some_and(|code| code != 0), "expected a failure exit: {self:#?}"),
+        }
+        self.assert_no_panic();
+        let lines = self.error_lines();
+        assert_eq!(lines.len(), 1, "expected one error line: {}", self.stderr);
+        for needle in needles {
+            assert!(lines[0].contains(needle), "error line does not name {needle:?}: {}", lines[0]);
+        }
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|error| panic!("stdout is not one JSON document ({error}): {}", self.stdout))
+    }
+}
+
+/// A `lectern-api` command with an environment holding nothing but `env`, so the
+/// runner's own LECTERN_* / DATABASE_URL / RUST_LOG settings cannot leak in.
+fn lectern(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(binary());
+    command
+        .args(args)
+        .env_clear()
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+fn binary() -> PathBuf {
+    lectern_tests::binaries::lectern_api()
+}
+
+/// Runs `lectern-api args` to its end (at most [`PROCESS_TIMEOUT`]).
+async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let output = lectern(args, env).output();
+    let output = tokio::time::timeout(PROCESS_TIMEOUT, output)
+        .await
+        .unwrap_or_else(|_| panic!("lectern-api {args:?} did not finish within {PROCESS_TIMEOUT:?}"))
+        .expect("run lectern-api");
+    Run::from_output(output)
+}
+
+/// Runs a `keys` command against `db` with the harness's pepper.
+async fn keys(db: &TestDatabase, args: &[&str]) -> Run {
+    let mut full = vec!["keys"];
+    full.extend_from_slice(args);
+    run(&full, &[("DATABASE_URL", &db.url), ("LECTERN_KEY_PEPPER", TEST_PEPPER)]).await
+}
+
+/// `keys create --output json` for `workspace` with `extra` arguments; the JSON printed.
+async fn create_key_json(db: &TestDatabase, workspace: Uuid, extra: &[&str]) -> Value {
+    let workspace = workspace.to_string();
+    let mut args = vec!["create", "--workspace", &workspace, "--output", "json"];
+    args.extend_from_slice(extra);
+    let run = keys(db, &args).await;
+    run.assert_success();
+    run.json()
+}
+
+/// The `<secret>` of `lk_<environment>_<key id>_<secret>`.
+fn secret_of(key: &str) -> &str {
+    key.rsplit('_').next().unwrap_or_default()
+}
+
+fn is_base62(text: &str) -> bool {
+    text.bytes().all(|byte| byte.is_ascii_alphanumeric())
+}
+
+/// Asserts `key` reads `lk_<environment>_<16 base62>_<43+ base62>`; returns the key id.
+fn assert_key_format(key: &str, environment: &str) -> String {
+    let parts: Vec<&str> = key.split('_').collect();
+    assert_eq!(parts.len(), 4, "key {key:?} is not lk_<env>_<id>_<secret>");
+    assert_eq!((parts[0], parts[1]), ("lk", environment), "key {key:?}");
+    assert!(parts[2].len() == 16 && is_base62(parts[2]), "key id of {key:?} is not 16 base62 characters");
+    assert!(parts[3].len() >= 43 && is_base62(parts[3]), "secret of {key:?} is not 43+ base62 characters");
+    parts[2].to_owned()
+}
+
+async fn key_count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from api_keys").fetch_one(pool).await.expect("count keys")
+}
+
+/// Every row of every table in the database, as text.
+async fn every_row_as_text(pool: &PgPool) -> Vec<String> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "select quote_ident(table_schema) || '.' || quote_ident(table_name) from information_schema.tables
+         where table_schema not in ('pg_catalog', 'information_schema') and table_type = 'BASE TABLE'",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("list tables");
+    let mut rows = Vec::new();
+    for table in tables {
+        let text: Vec<String> = sqlx::query_scalar(&format!("select t::text from {table} t"))
+            .fetch_all(pool)
+            .await
+            .expect("read table as text");
+        rows.extend(text);
+    }
+    rows
+}
+
+/// Waits until `key` gets `status` on listContacts, for at most `within`.
+async fn wait_for_status(app: &TestApp, key: &str, status: u16, within: Duration) -> u16 {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = app.get(key, "/v1/contacts").await.status;
+        if got == status || Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------- keys create
+
+#[tokio::test]
+async fn keys_create_json_prints_one_object_with_a_key_that_the_api_accepts() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+
+    let created =
+        create_key_json(&db, workspace, &["--scope", "contacts:read", "--scope", "items:read", "--name", "x"]).await;
+
+    let object = created.as_object().expect("one JSON object");
+    for field in ["id", "key", "workspaceId", "scopes", "environment", "createdAt"] {
+        assert!(object.contains_key(field), "no {field} in {created}");
+    }
+    let key = created["key"].as_str().expect("key is a string");
+    let key_id = assert_key_format(key, "live");
+    assert_eq!(created["id"], key_id.as_str());
+    assert_eq!(created["workspaceId"], workspace.to_string());
+    assert_eq!(created["scopes"], serde_json::json!(["contacts:read", "items:read"]));
+    assert_eq!(created["environment"], "live");
+    assert_eq!(created["name"], "x");
+    let created_at = created["createdAt"].as_str().expect("createdAt is a string");
+    assert!(DateTime::parse_from_rfc3339(created_at).is_ok(), "createdAt {created_at:?} is not RFC 3339");
+
+    let app = TestApp::spawn(db.pool.clone()).await;
+    app.get(key, "/v1/contacts").await.assert_ok();
+}
+
+#[tokio::test]
+async fn keys_create_json_is_a_single_line_on_stdout_and_the_key_is_not_on_stderr() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4().to_string();
+
+    let run = keys(&db, &["create", "--workspace", &workspace, "--scope", "contacts:read", "--output", "json"]).await;
+
+    run.assert_success();
+    assert_eq!(run.stdout.trim_end().lines().count(), 1, "{}", run.stdout);
+    let key = run.json()["key"].as_str().expect("key").to_owned();
+    assert!(!run.stderr.contains(secret_of(&key)), "the key's secret is on stderr: {}", run.stderr);
+}
+
+#[tokio::test]
+async fn keys_create_with_environment_test_makes_an_lk_test_key_for_a_test_deployment() {
+    let db = TestDatabase::create().await;
+
+    let created = create_key_json(&db, Uuid::new_v4(), &["--scope", "contacts:read", "--environment", "test"]).await;
+
+    let key = created["key"].as_str().expect("key");
+    assert_key_format(key, "test");
+    assert_eq!(created["environment"], "test");
+    let test_deployment =
+        TestApp::spawn_with(db.pool.clone(), AppOptions { environment: Environment::Test, ..AppOptions::default() })
+            .await;
+    test_deployment.get(key, "/v1/contacts").await.assert_ok();
+    let live_deployment = TestApp::spawn(db.pool.clone()).await;
+    live_deployment.get(key, "/v1/contacts").await.assert_error(401, "UNAUTHORIZED");
+}
+
+#[tokio::test]
+async fn keys_create_stores_an_rfc3339_expiry() {
+    let db = TestDatabase::create().await;
+    let expected: DateTime<Utc> = "2031-05-06T05:08:09Z".parse().expect("instant");
+
+    let created = create_key_json(
+        &db,
+        Uuid::new_v4(),
+        &["--scope", "contacts:read", "--expires-at", "2031-05-06T07:08:09+02:00"],
+    )
+    .await;
+
+    let printed: DateTime<Utc> =
+        created["expiresAt"].as_str().expect("expiresAt is printed").parse().expect("expiresAt is RFC 3339");
+    assert_eq!(printed, expected);
+    let stored: Option<DateTime<Utc>> = sqlx::query_scalar("select expires_at from api_keys where id = $1")
+        .bind(created["id"].as_str().expect("id"))
+        .fetch_one(&db.pool)
+        .await
+        .expect("read key");
+    assert_eq!(stored, Some(expected));
+}
+
+#[tokio::test]
+async fn keys_create_refuses_an_expiry_that_is_not_rfc3339_with_exit_2() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4().to_string();
+
+    let run =
+        keys(&db, &["create", "--workspace", &workspace, "--scope", "contacts:read", "--expires-at", "next tuesday"])
+            .await;
+
+    run.assert_one_line_error(Some(2), &["--expires-at"]);
+    assert!(run.stderr.contains("RFC 3339"), "{}", run.stderr);
+    assert_eq!(key_count(&db.pool).await, 0, "a key was inserted");
+}
+
+#[tokio::test]
+async fn keys_create_text_output_shows_the_key_once_and_its_id() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4().to_string();
+
+    let run = keys(&db, &["create", "--workspace", &workspace, "--scope", "contacts:read"]).await;
+
+    run.assert_success();
+    let shown: Vec<&str> = run.stdout.split_whitespace().filter(|word| word.starts_with("lk_")).collect();
+    assert_eq!(shown.len(), 1, "the key must be shown exactly once: {}", run.stdout);
+    let key_id = assert_key_format(shown[0], "live");
+    assert_eq!(run.stdout.matches(secret_of(shown[0])).count(), 1, "{}", run.stdout);
+    assert!(
+        run.stdout.lines().any(|line| line.starts_with("id:") && line.contains(&key_id)),
+        "the key id is not shown: {}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
+async fn keys_create_refuses_an_unknown_scope_with_exit_2_naming_the_accepted_scopes() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4().to_string();
+
+    let run = keys(&db, &["create", "--workspace", &workspace, "--scope", "contacts:write"]).await;
+
+    run.assert_one_line_error(Some(2), &["contacts:write", "--scope"]);
+    assert!(
+        run.stderr.contains("contacts:read") && run.stderr.contains("items:read"),
+        "the accepted scopes are not named: {}",
+        run.stderr
+    );
+    assert!(run.stdout.trim().is_empty(), "{}", run.stdout);
+    assert_eq!(key_count(&db.pool).await, 0, "a key was inserted");
+}
+
+#[tokio::test]
+async fn keys_create_stores_only_a_peppered_hash_never_the_key() {
+    let db = TestDatabase::create().await;
+
+    let created = create_key_json(&db, Uuid::new_v4(), &["--scope", "contacts:read", "--name", "billing"]).await;
+
+    let key = created["key"].as_str().expect("key");
+    let secret = secret_of(key);
+    for row in every_row_as_text(&db.pool).await {
+        assert!(!row.contains(secret), "the key's secret is stored in clear: {row}");
+    }
+    let stored: Vec<u8> = sqlx::query_scalar("select secret_hmac from api_keys where id = $1")
+        .bind(created["id"].as_str().expect("id"))
+        .fetch_one(&db.pool)
+        .await
+        .expect("read hash");
+    let parsed = ParsedKey::parse(key).expect("the key parses");
+    assert_eq!(stored, parsed.secret_hmac(&test_pepper()).to_vec(), "stored hash is not HMAC(pepper, secret)");
+}
+
+// ---------------------------------------------------------------- keys list
+
+#[tokio::test]
+async fn keys_list_json_shows_every_key_of_the_workspace_and_never_a_secret() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let first = create_key_json(&db, workspace, &["--scope", "contacts:read", "--name", "one"]).await;
+    let second = create_key_json(&db, workspace, &["--scope", "items:read", "--environment", "test"]).await;
+    let foreign = create_key_json(&db, Uuid::new_v4(), &["--scope", "contacts:read"]).await;
+
+    let run = keys(&db, &["list", "--workspace", &workspace.to_string(), "--output", "json"]).await;
+
+    run.assert_success();
+    let listed = run.json();
+    let listed = listed.as_array().expect("a JSON array");
+    let ids: BTreeSet<&str> = listed.iter().map(|key| key["id"].as_str().expect("id")).collect();
+    let expected: BTreeSet<&str> = [&first, &second].iter().map(|key| key["id"].as_str().expect("id")).collect();
+    assert_eq!(ids, expected);
+    for key in listed {
+        let object = key.as_object().expect("each key is an object");
+        for field in ["id", "name", "scopes", "environment", "createdAt", "expiresAt", "revokedAt", "lastUsedAt"] {
+            assert!(object.contains_key(field), "no {field} in {key}");
+        }
+        for field in object.keys() {
+            let lower = field.to_lowercase();
+            let secret_like = lower == "key" || ["secret", "hmac", "hash"].iter().any(|word| lower.contains(word));
+            assert!(!secret_like, "keys list shows a secret-like field {field:?}: {key}");
+        }
+    }
+    for created in [&first, &second, &foreign] {
+        let key = created["key"].as_str().expect("key");
+        assert!(!run.stdout.contains(secret_of(key)), "keys list shows a secret: {}", run.stdout);
+        assert!(!run.stderr.contains(secret_of(key)), "keys list logs a secret: {}", run.stderr);
+    }
+}
+
+#[tokio::test]
+async fn keys_list_text_shows_ids_and_never_a_secret() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let created = create_key_json(&db, workspace, &["--scope", "contacts:read", "--name", "billing"]).await;
+
+    let run = keys(&db, &["list", "--workspace", &workspace.to_string()]).await;
+
+    run.assert_success();
+    assert!(run.stdout.contains(created["id"].as_str().expect("id")), "{}", run.stdout);
+    assert!(run.stdout.contains("billing"), "{}", run.stdout);
+    assert!(!run.stdout.contains(secret_of(created["key"].as_str().expect("key"))), "{}", run.stdout);
+}
+
+// ---------------------------------------------------------------- keys revoke
+
+#[tokio::test]
+async fn keys_revoke_makes_a_working_key_a_401_within_a_second() {
+    let db = TestDatabase::create().await;
+    let created = create_key_json(&db, Uuid::new_v4(), &["--scope", "contacts:read"]).await;
+    let key = created["key"].as_str().expect("key");
+    let app = TestApp::spawn(db.pool.clone()).await;
+    app.get(key, "/v1/contacts").await.assert_ok();
+
+    let run = keys(&db, &["revoke", created["id"].as_str().expect("id")]).await;
+
+    run.assert_success();
+    let status = wait_for_status(&app, key, 401, Duration::from_millis(1_500)).await;
+    assert_eq!(status, 401, "the revoked key still works");
+    app.get(key, "/v1/contacts").await.assert_error(401, "UNAUTHORIZED");
+    let revoked_at: Option<DateTime<Utc>> = sqlx::query_scalar("select revoked_at from api_keys where id = $1")
+        .bind(created["id"].as_str().expect("id"))
+        .fetch_one(&db.pool)
+        .await
+        .expect("read key");
+    assert!(revoked_at.is_some(), "revoked_at is not stored");
+}
+
+#[tokio::test]
+async fn keys_revoke_twice_says_the_key_was_already_revoked() {
+    let db = TestDatabase::create().await;
+    let created = create_key_json(&db, Uuid::new_v4(), &["--scope", "contacts:read"]).await;
+    let id = created["id"].as_str().expect("id");
+    keys(&db, &["revoke", id]).await.assert_success();
+
+    let again = keys(&db, &["revoke", id]).await;
+
+    again.assert_success();
+    assert!(again.stdout.contains("already revoked"), "{}", again.stdout);
+}
+
+#[tokio::test]
+async fn keys_revoke_of_an_unknown_id_fails_with_a_one_line_error() {
+    let db = TestDatabase::create().await;
+
+    let run = keys(&db, &["revoke", "NoSuchKey0000000"]).await;
+
+    run.assert_one_line_error(None, &["NoSuchKey0000000"]);
+}
+
+// ---------------------------------------------------------------- migrate
+
+#[tokio::test]
+async fn migrate_creates_a_missing_database_and_applies_the_migrations() {
+    let admin = admin_url();
+    let now = chrono::Utc::now().timestamp();
+    // The harness's prefix, so a crashed run's database is swept like the others.
+    let name = format!("lectern_test_{now}_{}_migrate", Uuid::new_v4().simple());
+    let options: PgConnectOptions = admin.parse().expect("admin URL");
+    let url = options.clone().database(&name).to_url_lossy().to_string();
+
+    let run = run(&["migrate"], &[("DATABASE_URL", &url)]).await;
+
+    run.assert_success();
+    let mut connection = PgConnection::connect_with(&options.database(&name)).await.expect("the database exists");
+    let contacts: bool = sqlx::query_scalar("select to_regclass('public.contacts') is not null")
+        .fetch_one(&mut connection)
+        .await
+        .expect("look up contacts");
+    let applied: i64 = sqlx::query_scalar("select count(*) from _sqlx_migrations where success")
+        .fetch_one(&mut connection)
+        .await
+        .expect("count migrations");
+    connection.close().await.expect("close");
+    let mut admin_connection = PgConnection::connect(&admin).await.expect("connect to admin");
+    admin_connection
+        .execute(format!(r#"drop database if exists "{name}" with (force)"#).as_str())
+        .await
+        .expect("drop database");
+    assert!(contacts, "migrate did not create the contacts table");
+    assert_eq!(applied, lectern_api::db::MIGRATOR.migrations.len() as i64);
+}
+
+#[tokio::test]
+async fn migrate_on_an_up_to_date_database_changes_nothing_and_succeeds() {
+    let db = TestDatabase::create().await;
+
+    let run = run(&["migrate"], &[("DATABASE_URL", &db.url)]).await;
+
+    run.assert_success();
+}
+
+// ---------------------------------------------------------------- configuration
+
+#[tokio::test]
+async fn production_mode_refuses_to_serve_without_a_key_pepper() {
+    let db = TestDatabase::create().await;
+
+    let run = run(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[("DATABASE_URL", &db.url), ("LECTERN_PRODUCTION", "1"), ("LECTERN_CURSOR_SECRET", LONG_SECRET)],
+    )
+    .await;
+
+    run.assert_one_line_error(None, &["LECTERN_KEY_PEPPER"]);
+}
+
+#[tokio::test]
+async fn production_mode_refuses_a_key_pepper_shorter_than_32_bytes() {
+    let db = TestDatabase::create().await;
+
+    let run = run(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("DATABASE_URL", &db.url),
+            ("LECTERN_PRODUCTION", "1"),
+            ("LECTERN_KEY_PEPPER", "too short"),
+            ("LECTERN_CURSOR_SECRET", LONG_SECRET),
+        ],
+    )
+    .await;
+
+    run.assert_one_line_error(None, &["LECTERN_KEY_PEPPER", "32"]);
+    assert!(!run.stderr.contains("too short"), "the secret is echoed: {}", run.stderr);
+}
+
+#[tokio::test]
+async fn a_listen_flag_that_is_not_an_address_is_exit_2_naming_listen() {
+    let db = TestDatabase::create().await;
+
+    let run = run(&["serve", "--listen", "not-an-address"], &[("DATABASE_URL", &db.url)]).await;
+
+    run.assert_one_line_error(Some(2), &["--listen", "not-an-address"]);
+}
+
+#[tokio::test]
+async fn a_lectern_listen_variable_that_is_not_an_address_is_refused_naming_the_setting() {
+    let db = TestDatabase::create().await;
+
+    let run = run(&["serve"], &[("DATABASE_URL", &db.url), ("LECTERN_LISTEN", "bogus")]).await;
+
+    run.assert_one_line_error(None, &["bogus"]);
+    let line = run.error_lines()[0];
+    assert!(line.contains("--listen") || line.contains("LECTERN_LISTEN"), "setting not named: {line}");
+}
+
+#[tokio::test]
+async fn a_pool_size_of_zero_is_refused_naming_the_setting() {
+    let db = TestDatabase::create().await;
+
+    let run =
+        run(&["serve", "--listen", "127.0.0.1:0"], &[("DATABASE_URL", &db.url), ("LECTERN_DB_POOL_SIZE", "0")]).await;
+
+    run.assert_one_line_error(None, &[]);
+    let line = run.error_lines()[0];
+    assert!(line.contains("--db-pool-size") || line.contains("LECTERN_DB_POOL_SIZE"), "setting not named: {line}");
+}
+
+// ---------------------------------------------------------------- serve
+
+/// A port that was free a moment ago (bind to port 0, read it, let it go).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Starts `serve` on a free port, waits until it answers the OpenAPI document, sends
+/// SIGTERM, and returns how it ended.
+async fn serve_then_terminate(env: &[(&str, &str)]) -> Run {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = lectern(&["serve", "--listen", &listen], env).spawn().expect("spawn lectern-api serve");
+    let pid = child.id().expect("the child has a pid");
+    let url = format!("http://{listen}/v1/openapi.json");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().expect("client");
+    let deadline = Instant::now() + PROCESS_TIMEOUT;
+    loop {
+        if let Ok(response) = http.get(&url).send().await {
+            assert_eq!(response.status().as_u16(), 200, "GET /v1/openapi.json");
+            break;
+        }
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            let output = child.wait_with_output().await.expect("collect output");
+            panic!("serve exited before answering ({status}): {:#?}", Run::from_output(output));
+        }
+        assert!(Instant::now() < deadline, "serve did not answer on {listen} within {PROCESS_TIMEOUT:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let kill = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("run kill");
+    assert!(kill.success(), "kill -TERM {pid} failed");
+
+    let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("serve did not stop within 10 s of SIGTERM")
+        .expect("collect output");
+    Run::from_output(output)
+}
+
+#[tokio::test]
+async fn serve_without_secrets_starts_with_a_loud_development_warning_and_stops_on_sigterm() {
+    let db = TestDatabase::create().await;
+
+    let run = serve_then_terminate(&[("DATABASE_URL", &db.url)]).await;
+
+    run.assert_success();
+    assert!(run.stderr.contains("DEVELOPMENT"), "no development warning on stderr: {}", run.stderr);
+    assert!(run.stderr.contains("LECTERN_KEY_PEPPER"), "the warning does not name the pepper: {}", run.stderr);
+    assert!(run.stderr.contains("LECTERN_CURSOR_SECRET"), "the warning does not name the secret: {}", run.stderr);
+}
+
+#[tokio::test]
+async fn production_mode_with_real_secrets_serves_without_the_development_warning() {
+    let db = TestDatabase::create().await;
+
+    let run = serve_then_terminate(&[
+        ("DATABASE_URL", &db.url),
+        ("LECTERN_PRODUCTION", "1"),
+        ("LECTERN_KEY_PEPPER", LONG_SECRET),
+        ("LECTERN_CURSOR_SECRET", "another production-grade secret, over thirty-two bytes"),
+    ])
+    .await;
+
+    run.assert_success();
+    assert!(!run.stderr.contains("DEVELOPMENT"), "development defaults used in production: {}", run.stderr);
+}

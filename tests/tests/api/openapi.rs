@@ -1,1 +1,590 @@
-//! placeholder
+//! The OpenAPI document: served, committed and generated copies are one document, it
+//! states the contract exactly, the strict query gate allows what it documents, and
+//! what the app really answers has the shapes it declares.
+
+// The helpers below fail the test on a broken document, as the tests themselves do.
+#![expect(clippy::expect_used, reason = "test helpers panic with the reason, like the tests")]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use lectern_api::http::contacts::{ListContactsQuery, NoQuery};
+use lectern_api::http::strict_query::QueryContract;
+use lectern_tests::app::is_request_id;
+use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const REGENERATE: &str = "regenerate with `cargo run -p lectern-api -- openapi > schema/openapi.json`";
+
+/// What a [`QueryContract`] allows: each parameter's name and value check.
+type AllowList = [(&'static str, fn(&str) -> Result<(), String>)];
+
+/// The description's error codes, in its order.
+const ERROR_CODES: [&str; 13] = [
+    "VALIDATION_ERROR",
+    "UNAUTHORIZED",
+    "FORBIDDEN",
+    "NOT_FOUND",
+    "CONFLICT",
+    "UNPROCESSABLE_ENTITY",
+    "PLAN_LIMIT_REACHED",
+    "BOOKS_LOCKED",
+    "IDEMPOTENCY_CONFLICT",
+    "RATE_LIMITED",
+    "SERVICE_UNAVAILABLE",
+    "REQUEST_FAILED",
+    "INTERNAL_ERROR",
+];
+
+/// The Contact's fields, as the description lists them.
+const CONTACT_FIELDS: [&str; 9] =
+    ["id", "name", "email", "phone", "address", "tin", "isCustomer", "isSupplier", "createdAt"];
+
+/// The document the code generates, parsed.
+fn document() -> Value {
+    serde_json::from_str(&lectern_api::http::openapi::document()).expect("the generated document is JSON")
+}
+
+fn committed_document() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../schema/openapi.json");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("read {}: {error}; {REGENERATE}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|error| panic!("schema/openapi.json is not JSON ({error}); {REGENERATE}"))
+}
+
+/// The first place where `left` and `right` differ, as a JSON pointer.
+fn first_difference(left: &Value, right: &Value, at: &str) -> Option<String> {
+    match (left, right) {
+        (Value::Object(l), Value::Object(r)) => {
+            let keys: BTreeSet<&String> = l.keys().chain(r.keys()).collect();
+            keys.into_iter().find_map(|key| match (l.get(key), r.get(key)) {
+                (Some(a), Some(b)) => first_difference(a, b, &format!("{at}/{key}")),
+                _ => Some(format!("{at}/{key}")),
+            })
+        }
+        (Value::Array(l), Value::Array(r)) if l.len() == r.len() => {
+            l.iter().zip(r).enumerate().find_map(|(index, (a, b))| first_difference(a, b, &format!("{at}/{index}")))
+        }
+        _ if left == right => None,
+        _ => Some(if at.is_empty() { "/".to_owned() } else { at.to_owned() }),
+    }
+}
+
+fn schema<'a>(document: &'a Value, name: &str) -> &'a Value {
+    let found = &document["components"]["schemas"][name];
+    assert!(found.is_object(), "no components.schemas.{name}");
+    found
+}
+
+/// `value`, or the schema its `$ref` names.
+fn resolve<'a>(document: &'a Value, value: &'a Value) -> &'a Value {
+    match value.get("$ref").and_then(Value::as_str) {
+        Some(reference) => {
+            let name = reference
+                .strip_prefix("#/components/schemas/")
+                .unwrap_or_else(|| panic!("unexpected $ref {reference}"));
+            schema(document, name)
+        }
+        None => value,
+    }
+}
+
+fn operation<'a>(document: &'a Value, path: &str) -> &'a Value {
+    let found = &document["paths"][path]["get"];
+    assert!(found.is_object(), "no GET {path} in the document");
+    found
+}
+
+fn list_contacts(document: &Value) -> &Value {
+    operation(document, "/v1/contacts")
+}
+
+fn get_contact(document: &Value) -> &Value {
+    operation(document, "/v1/contacts/{id}")
+}
+
+fn statuses(operation: &Value) -> Vec<&str> {
+    operation["responses"].as_object().expect("responses").keys().map(String::as_str).collect()
+}
+
+/// The schema of the single (JSON) body a response declares.
+fn response_schema<'a>(document: &'a Value, operation: &'a Value, status: &str) -> &'a Value {
+    let content = operation["responses"][status]["content"].as_object().expect("response content");
+    assert_eq!(content.len(), 1, "{status}: one content type expected: {content:?}");
+    let (kind, body) = content.iter().next().expect("one content type");
+    assert!(kind.starts_with("application/json"), "{status}: content type {kind}");
+    resolve(document, &body["schema"])
+}
+
+fn query_parameters(operation: &Value) -> Vec<&Value> {
+    operation["parameters"]
+        .as_array()
+        .map(|all| all.iter().filter(|p| p["in"] == "query").collect())
+        .unwrap_or_default()
+}
+
+fn parameter<'a>(operation: &'a Value, name: &str) -> &'a Value {
+    query_parameters(operation)
+        .into_iter()
+        .find(|parameter| parameter["name"] == name)
+        .unwrap_or_else(|| panic!("no query parameter {name}"))
+}
+
+fn property_names(schema: &Value) -> BTreeSet<&str> {
+    schema["properties"].as_object().expect("properties").keys().map(String::as_str).collect()
+}
+
+fn required_names(schema: &Value) -> BTreeSet<&str> {
+    schema["required"].as_array().map(|all| all.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value.as_array().map(|all| all.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+fn number(value: &Value) -> Option<f64> {
+    value.as_f64()
+}
+
+/// A light structural check of `value` against `schema`: types, nullability, enums,
+/// lengths, bounds, uuid/date-time formats, required and closed objects, oneOf.
+/// Patterns are not checked here (no regex engine among the dependencies).
+fn conform(document: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
+    let schema = resolve(document, schema);
+    if value.is_null() {
+        if schema["nullable"] != true {
+            problems.push(format!("{at}: null where the schema is not nullable"));
+        }
+        return;
+    }
+    if let Some(choices) = schema["oneOf"].as_array() {
+        let matching = choices
+            .iter()
+            .filter(|choice| {
+                let mut inner = Vec::new();
+                conform(document, choice, value, at, &mut inner);
+                inner.is_empty()
+            })
+            .count();
+        if matching != 1 {
+            problems.push(format!("{at}: matches {matching} of oneOf's schemas, not exactly one"));
+        }
+        return;
+    }
+    let kind_ok = match schema["type"].as_str() {
+        Some("string") => value.is_string(),
+        Some("boolean") => value.is_boolean(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("array") => value.is_array(),
+        Some("object") => value.is_object(),
+        _ => true,
+    };
+    if !kind_ok {
+        problems.push(format!("{at}: {value} is not of type {}", schema["type"]));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array() {
+        if !allowed.contains(value) {
+            problems.push(format!("{at}: {value} is not one of {allowed:?}"));
+        }
+    }
+    if let Some(text) = value.as_str() {
+        let length = text.chars().count() as u64;
+        if schema["minLength"].as_u64().is_some_and(|min| length < min) {
+            problems.push(format!("{at}: {text:?} is shorter than minLength"));
+        }
+        if schema["maxLength"].as_u64().is_some_and(|max| length > max) {
+            problems.push(format!("{at}: {text:?} is longer than maxLength"));
+        }
+        match schema["format"].as_str() {
+            Some("uuid") if Uuid::try_parse(text).is_err() => problems.push(format!("{at}: {text:?} is not a uuid")),
+            Some("date-time") if chrono::DateTime::parse_from_rfc3339(text).is_err() => {
+                problems.push(format!("{at}: {text:?} is not a date-time"));
+            }
+            Some("email") if !text.contains('@') => problems.push(format!("{at}: {text:?} is not an email")),
+            _ => {}
+        }
+    }
+    if let Some(actual) = value.as_f64() {
+        if number(&schema["minimum"]).is_some_and(|min| actual < min) {
+            problems.push(format!("{at}: {actual} is below minimum"));
+        }
+        if number(&schema["maximum"]).is_some_and(|max| actual > max) {
+            problems.push(format!("{at}: {actual} is above maximum"));
+        }
+    }
+    if let (Some(items), Some(elements)) = (schema.get("items"), value.as_array()) {
+        for (index, element) in elements.iter().enumerate() {
+            conform(document, items, element, &format!("{at}/{index}"), problems);
+        }
+    }
+    if let Some(object) = value.as_object() {
+        let properties = schema["properties"].as_object();
+        for required in strings(&schema["required"]) {
+            if !object.contains_key(required) {
+                problems.push(format!("{at}: required property {required} is missing"));
+            }
+        }
+        for (key, field) in object {
+            match properties.and_then(|properties| properties.get(key)) {
+                Some(property) => conform(document, property, field, &format!("{at}/{key}"), problems),
+                None if schema["additionalProperties"] == false => {
+                    problems.push(format!("{at}: property {key} is not allowed"));
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// Asserts `reply`'s body conforms to what `operation` documents for its status.
+fn assert_conforms(document: &Value, operation: &Value, reply: &Reply) {
+    let status = reply.status.to_string();
+    assert!(statuses(operation).contains(&status.as_str()), "status {status} is not documented: {}", reply.text);
+    let schema = response_schema(document, operation, &status);
+    let mut problems = Vec::new();
+    conform(document, schema, &reply.body, "", &mut problems);
+    assert!(problems.is_empty(), "{status} body does not conform: {problems:#?}\n{}", reply.text);
+    assert!(
+        reply.header("x-request-id").is_some_and(is_request_id),
+        "documented X-Request-Id header missing or malformed: {:?}",
+        reply.header("x-request-id")
+    );
+}
+
+fn sorted_keys(value: &Value) -> BTreeSet<&str> {
+    value.as_object().expect("a JSON object").keys().map(String::as_str).collect()
+}
+
+// ---------------------------------------------------------------- one document
+
+#[tokio::test]
+async fn served_document_equals_the_committed_copy_and_the_code() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+
+    let reply = app.send(app.http.get(app.url("/v1/openapi.json"))).await;
+
+    assert_eq!(reply.status, 200, "GET /v1/openapi.json needs no key: {}", reply.text);
+    assert!(
+        reply.header("content-type").is_some_and(|kind| kind.starts_with("application/json")),
+        "content type {:?}",
+        reply.header("content-type")
+    );
+    let served = &reply.body;
+    let generated = document();
+    let committed = committed_document();
+    assert!(
+        served == &generated,
+        "the served document differs from the code's at {:?}",
+        first_difference(served, &generated, "")
+    );
+    assert!(
+        committed == generated,
+        "schema/openapi.json differs from the code's document at {:?}; {REGENERATE}",
+        first_difference(&committed, &generated, "")
+    );
+}
+
+#[test]
+fn document_is_openapi_3_at_version_1_0_0() {
+    let document = document();
+
+    let openapi = document["openapi"].as_str().expect("openapi version");
+    assert!(openapi.starts_with("3."), "openapi {openapi}");
+    assert_eq!(document["info"]["version"], "1.0.0");
+}
+
+#[test]
+fn workspace_api_key_is_an_api_key_in_the_x_api_key_header_required_by_both_operations() {
+    let document = document();
+
+    let scheme = &document["components"]["securitySchemes"]["WorkspaceApiKey"];
+    assert_eq!(scheme["type"], "apiKey");
+    assert_eq!(scheme["in"], "header");
+    assert_eq!(scheme["name"], "X-API-Key");
+    for operation in [list_contacts(&document), get_contact(&document)] {
+        assert_eq!(operation["security"], json!([{ "WorkspaceApiKey": [] }]), "{}", operation["operationId"]);
+    }
+}
+
+#[test]
+fn operations_are_list_contacts_and_get_contact() {
+    let document = document();
+
+    assert_eq!(list_contacts(&document)["operationId"], "listContacts");
+    assert_eq!(get_contact(&document)["operationId"], "getContact");
+    let paths: BTreeSet<&str> = document["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
+    assert_eq!(paths, BTreeSet::from(["/v1/contacts", "/v1/contacts/{id}"]));
+}
+
+#[test]
+fn list_contacts_documents_exactly_its_statuses_each_error_with_the_error_schema() {
+    let document = document();
+    let operation = list_contacts(&document);
+
+    assert_eq!(statuses(operation), ["200", "400", "401", "403", "429", "500", "503"]);
+    assert_eq!(operation["responses"]["200"]["content"].as_object().map(|c| c.len()), Some(1));
+    for status in ["400", "401", "403", "429", "500", "503"] {
+        let body = operation["responses"][status]["content"].as_object().expect("content");
+        for (_, media) in body {
+            assert_eq!(media["schema"]["$ref"], "#/components/schemas/ErrorResponse", "listContacts {status}");
+        }
+    }
+}
+
+#[test]
+fn get_contact_documents_exactly_its_statuses_each_error_with_the_error_schema() {
+    let document = document();
+    let operation = get_contact(&document);
+
+    assert_eq!(statuses(operation), ["200", "400", "401", "403", "404", "429", "500", "503"]);
+    for status in ["400", "401", "403", "404", "429", "500", "503"] {
+        let body = operation["responses"][status]["content"].as_object().expect("content");
+        for (_, media) in body {
+            assert_eq!(media["schema"]["$ref"], "#/components/schemas/ErrorResponse", "getContact {status}");
+        }
+    }
+}
+
+#[test]
+fn every_response_declares_the_x_request_id_header_and_429_503_retry_after() {
+    let document = document();
+
+    for operation in [list_contacts(&document), get_contact(&document)] {
+        for status in statuses(operation) {
+            let headers = &operation["responses"][status]["headers"];
+            let request_id = &headers["X-Request-Id"];
+            assert_eq!(request_id["schema"]["$ref"], "#/components/schemas/RequestId", "{status}: {headers}");
+            assert_eq!(request_id["required"], true, "{status}");
+            if status == "429" || status == "503" {
+                assert!(headers["Retry-After"].is_object(), "{status} does not declare Retry-After");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- parameters
+
+#[test]
+fn list_contacts_documents_exactly_the_contract_query_parameters() {
+    let document = document();
+    let operation = list_contacts(&document);
+
+    let names: BTreeSet<&str> =
+        query_parameters(operation).iter().filter_map(|parameter| parameter["name"].as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["search", "cursor", "limit", "type", "sort"]));
+    for parameter in query_parameters(operation) {
+        assert_ne!(parameter["required"], true, "{} must be optional", parameter["name"]);
+    }
+    let search = &parameter(operation, "search")["schema"];
+    assert_eq!((&search["type"], &search["maxLength"]), (&json!("string"), &json!(120)));
+    let cursor = &parameter(operation, "cursor")["schema"];
+    assert_eq!((&cursor["type"], &cursor["minLength"]), (&json!("string"), &json!(1)));
+    let limit = &parameter(operation, "limit")["schema"];
+    assert_eq!(limit["type"], "integer");
+    assert_eq!(number(&limit["minimum"]), Some(1.0));
+    assert_eq!(number(&limit["maximum"]), Some(100.0));
+    assert_eq!(limit["default"], 50);
+    let kind = &parameter(operation, "type")["schema"];
+    assert_eq!(strings(&kind["enum"]), ["all", "customer", "supplier"]);
+    assert_eq!(kind["default"], "all");
+    let sort = &parameter(operation, "sort")["schema"];
+    assert_eq!(strings(&sort["enum"]), ["createdAt", "name"]);
+    assert_eq!(sort["default"], "createdAt");
+}
+
+#[test]
+fn get_contact_takes_a_uuid_id_in_the_path_and_no_query_parameters() {
+    let document = document();
+    let operation = get_contact(&document);
+
+    assert!(query_parameters(operation).is_empty(), "{}", operation["parameters"]);
+    let parameters = operation["parameters"].as_array().expect("parameters");
+    assert_eq!(parameters.len(), 1, "{parameters:?}");
+    assert_eq!((&parameters[0]["in"], &parameters[0]["name"]), (&json!("path"), &json!("id")));
+    assert_eq!(parameters[0]["required"], true);
+    assert_eq!(parameters[0]["schema"]["format"], "uuid");
+}
+
+#[test]
+fn strict_query_allow_lists_equal_the_documented_query_parameters() {
+    let document = document();
+    let names = |operation: &Value| -> BTreeSet<String> {
+        query_parameters(operation).iter().filter_map(|p| p["name"].as_str().map(str::to_owned)).collect()
+    };
+    let allowed = |parameters: &AllowList| -> BTreeSet<String> {
+        parameters.iter().map(|(name, _)| (*name).to_owned()).collect()
+    };
+
+    assert_eq!(allowed(<ListContactsQuery as QueryContract>::PARAMETERS), names(list_contacts(&document)));
+    assert_eq!(allowed(<NoQuery as QueryContract>::PARAMETERS), names(get_contact(&document)));
+}
+
+// ---------------------------------------------------------------- schemas
+
+#[test]
+fn contact_schema_has_exactly_the_nine_required_fields_with_their_formats() {
+    let document = document();
+    let contact = schema(&document, "Contact");
+    let properties = &contact["properties"];
+
+    let expected = BTreeSet::from(CONTACT_FIELDS);
+    assert_eq!(property_names(contact), expected);
+    assert_eq!(required_names(contact), expected);
+    assert_eq!(contact["additionalProperties"], false);
+    for field in CONTACT_FIELDS {
+        let nullable = ["email", "phone", "address", "tin"].contains(&field);
+        assert_eq!(properties[field]["nullable"] == true, nullable, "{field}: nullable should be {nullable}");
+    }
+    for field in ["id", "name", "email", "phone", "address", "tin", "createdAt"] {
+        assert_eq!(properties[field]["type"], "string", "{field}");
+    }
+    assert_eq!(properties["isCustomer"]["type"], "boolean");
+    assert_eq!(properties["isSupplier"]["type"], "boolean");
+    assert_eq!(properties["name"]["minLength"], 1);
+    assert_eq!(properties["id"]["format"], "uuid");
+    assert_eq!(properties["email"]["format"], "email");
+    let created_at = &properties["createdAt"];
+    assert_eq!(created_at["format"], "date-time");
+    let pattern = created_at["pattern"].as_str().expect("createdAt has a pattern");
+    assert!(pattern.ends_with("\\.[0-9]{3}Z$") && pattern.starts_with('^'), "createdAt pattern {pattern}");
+}
+
+#[test]
+fn page_schema_requires_has_more_and_a_nullable_non_empty_next_cursor() {
+    let document = document();
+    let page = schema(&document, "Page");
+
+    let expected = BTreeSet::from(["hasMore", "nextCursor"]);
+    assert_eq!(property_names(page), expected);
+    assert_eq!(required_names(page), expected);
+    assert_eq!(page["additionalProperties"], false);
+    assert_eq!(page["properties"]["hasMore"]["type"], "boolean");
+    let next = &page["properties"]["nextCursor"];
+    assert_eq!((&next["type"], &next["nullable"], &next["minLength"]), (&json!("string"), &json!(true), &json!(1)));
+}
+
+#[test]
+fn request_id_schema_has_the_contract_pattern_and_bounds() {
+    let document = document();
+    let request_id = schema(&document, "RequestId");
+
+    assert_eq!(request_id["type"], "string");
+    assert_eq!(request_id["pattern"], "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$");
+    assert_eq!((&request_id["minLength"], &request_id["maxLength"]), (&json!(1), &json!(128)));
+}
+
+#[test]
+fn error_schema_has_all_thirteen_codes_a_non_empty_message_and_optional_details() {
+    let document = document();
+    let response = schema(&document, "ErrorResponse");
+    let info = resolve(&document, &response["properties"]["error"]);
+
+    assert_eq!(property_names(response), BTreeSet::from(["error", "requestId"]));
+    assert_eq!(required_names(response), BTreeSet::from(["error", "requestId"]));
+    assert_eq!(response["additionalProperties"], false);
+    assert_eq!(response["properties"]["requestId"]["$ref"], "#/components/schemas/RequestId");
+    assert_eq!(property_names(info), BTreeSet::from(["code", "message", "details"]));
+    assert_eq!(required_names(info), BTreeSet::from(["code", "message"]));
+    assert_eq!(info["additionalProperties"], false);
+    let code = resolve(&document, &info["properties"]["code"]);
+    assert_eq!(code["type"], "string");
+    let codes: BTreeSet<&str> = strings(&code["enum"]).into_iter().collect();
+    assert_eq!(codes, BTreeSet::from(ERROR_CODES));
+    assert_eq!(info["properties"]["message"]["minLength"], 1);
+    let details = &info["properties"]["details"];
+    let kinds: BTreeSet<&str> = details["oneOf"]
+        .as_array()
+        .expect("details is an array of strings or an object")
+        .iter()
+        .filter_map(|choice| choice["type"].as_str())
+        .collect();
+    assert_eq!(kinds, BTreeSet::from(["array", "object"]));
+}
+
+#[test]
+fn every_object_schema_is_closed_and_requires_all_but_the_optional_details() {
+    let document = document();
+
+    for (name, schema) in document["components"]["schemas"].as_object().expect("schemas") {
+        if schema["type"] != "object" {
+            continue;
+        }
+        assert_eq!(schema["additionalProperties"], false, "{name} is not closed");
+        let mut expected = property_names(schema);
+        if name == "ErrorInfo" {
+            expected.remove("details");
+        }
+        assert_eq!(required_names(schema), expected, "{name}: required");
+    }
+}
+
+// ---------------------------------------------------------------- real bodies
+
+#[tokio::test]
+async fn served_listing_and_contact_bodies_conform_to_the_document() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    let full = ContactSeed::named("Acme GmbH")
+        .email("billing@acme.example")
+        .phone("+49 30 123456")
+        .address("Hauptstr. 1, Berlin")
+        .tin("DE123456789")
+        .roles(true, true)
+        .at(1);
+    let full_id = full.insert(&app.pool, workspace).await;
+    ContactSeed::named("Bare").roles(false, true).at(2).insert(&app.pool, workspace).await;
+    let document = document();
+    let contact_fields = property_names(schema(&document, "Contact"));
+
+    let first = app.get(&key, "/v1/contacts?limit=1").await;
+    let second = app.get(&key, "/v1/contacts?limit=5").await;
+    let one = app.get(&key, &format!("/v1/contacts/{full_id}")).await;
+
+    first.assert_ok();
+    assert_eq!(first.body["page"]["hasMore"], true, "{}", first.text);
+    second.assert_ok();
+    assert_eq!(second.data().len(), 2, "{}", second.text);
+    assert!(second.data()[1]["email"].is_null(), "{}", second.text);
+    for reply in [&first, &second] {
+        assert_conforms(&document, list_contacts(&document), reply);
+        for contact in reply.data() {
+            assert_eq!(sorted_keys(contact), contact_fields, "{contact}");
+        }
+    }
+    one.assert_ok();
+    assert_conforms(&document, get_contact(&document), &one);
+    assert_eq!(sorted_keys(&one.body["data"]), contact_fields);
+}
+
+#[tokio::test]
+async fn served_error_bodies_conform_to_the_error_schema() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (_, key) = app.workspace_with_key().await;
+    let items_only = app.key(Uuid::new_v4(), &[lectern_api::keys::Scope::ItemsRead]).await;
+    let document = document();
+    let error_fields = property_names(schema(&document, "ErrorResponse"));
+
+    let invalid = app.get(&key, "/v1/contacts?limit=0&colour=blue").await;
+    let unauthorized = app.get("lk_live_nope", "/v1/contacts").await;
+    let forbidden = app.get(&items_only, "/v1/contacts").await;
+    let missing = app.get(&key, &format!("/v1/contacts/{}", Uuid::new_v4())).await;
+
+    invalid.assert_error(400, "VALIDATION_ERROR");
+    unauthorized.assert_error(401, "UNAUTHORIZED");
+    forbidden.assert_error(403, "FORBIDDEN");
+    missing.assert_error(404, "NOT_FOUND");
+    for reply in [&invalid, &unauthorized, &forbidden] {
+        assert_conforms(&document, list_contacts(&document), reply);
+        assert_eq!(sorted_keys(&reply.body), error_fields);
+    }
+    assert_conforms(&document, get_contact(&document), &missing);
+    assert_eq!(sorted_keys(&missing.body), error_fields);
+    assert_eq!(invalid.details().len(), 2, "{}", invalid.text);
+}
