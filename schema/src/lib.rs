@@ -8,9 +8,14 @@
 //! # Layout
 //! - [`timestamp`]: instants rendered exactly as the contract demands (`…SS.mmmZ`).
 //! - [`contact`]: the Contact record.
+//! - [`events`]: change events, as upstream systems publish them.
+//! - [`money`]: exact decimal amounts with their currency.
 
 pub mod contact;
+pub mod events;
+pub mod money;
 pub mod timestamp;
 
 pub use contact::Contact;
+pub use events::{ChangeEvent, EventError};
 pub use timestamp::Timestamp;
