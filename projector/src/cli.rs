@@ -1,8 +1,21 @@
 //! The `lectern-projector` command line.
 
+use std::io::{IsTerminal, Read, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use async_nats::jetstream;
+use clap::{Args, Parser, Subcommand};
+use lectern_schema::events::ChangeEvent;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use crate::consumer::{self, RunSettings};
+use crate::dead_letters;
+use crate::error::ProjectorError;
+use crate::stream::{self, ensure_consumer, ensure_stream};
 
 /// Lectern's projector: change events from NATS JetStream into the read model.
 #[derive(Debug, Parser)]
@@ -14,15 +27,279 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Consume change events into the read model (not built yet).
-    Run,
+    /// Consume change events into the read model until SIGTERM or Ctrl-C.
+    Run(RunArgs),
+    /// Stream position, consumer progress, lag and dead letters.
+    Status(StatusArgs),
+    /// Inspect and retry messages that broke the contract.
+    #[command(subcommand)]
+    DeadLetters(DeadLettersCommand),
+    /// Publish change events (JSON, one per file or one per line on stdin) to their subjects.
+    Publish(PublishArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+struct NatsArgs {
+    /// NATS server URL.
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+}
+
+#[derive(Clone, Debug, Args)]
+struct DatabaseArgs {
+    /// PostgreSQL connection URL of the read model (migrated by `lectern-api migrate`).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/lectern",
+        hide_env_values = true
+    )]
+    database_url: String,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// Most events applied in one transaction.
+    #[arg(long, env = "LECTERN_PROJECTOR_BATCH_SIZE", default_value_t = 1_000, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    batch_size: u16,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    #[command(flatten)]
+    database: DatabaseArgs,
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+}
+
+#[derive(Debug, Subcommand)]
+enum DeadLettersCommand {
+    /// List dead letters.
+    List {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Re-validate and apply dead letters; fixed ones leave the table.
+    Retry {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        /// The dead letter to retry.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<i64>,
+        /// Retry every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct PublishArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    /// Files with one JSON event each; without files, JSON events one per line on stdin.
+    files: Vec<std::path::PathBuf>,
 }
 
 pub fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Run => {
-            eprintln!("error: lectern-projector run is not built yet (see the projector issue); nothing was consumed");
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: starting the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error.to_string().replace('\n', " "));
             ExitCode::FAILURE
         }
     }
+}
+
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("LECTERN_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
+
+async fn run(command: Command) -> Result<(), ProjectorError> {
+    match command {
+        Command::Run(args) => run_projector(args).await,
+        Command::Status(args) => status(args).await,
+        Command::DeadLetters(DeadLettersCommand::List { database, output }) => {
+            let letters = dead_letters::list(&connect(&database).await?).await?;
+            match output {
+                Output::Json => write_stdout(&format!("{}\n", to_json(&letters)?)),
+                Output::Text if letters.is_empty() => write_stdout("No dead letters.\n"),
+                Output::Text => write_stdout(
+                    &letters
+                        .iter()
+                        .map(|letter| {
+                            format!(
+                                "{}  seq {}  {}  {}\n    {}\n",
+                                letter.id,
+                                letter.stream_sequence,
+                                letter.received_at.to_rfc3339(),
+                                letter.subject,
+                                letter.reason
+                            )
+                        })
+                        .collect::<String>(),
+                ),
+            }
+        }
+        Command::DeadLetters(DeadLettersCommand::Retry { database, id, all }) => {
+            let pool = connect(&database).await?;
+            let outcome = dead_letters::retry(&pool, if all { None } else { id }).await?;
+            if !all && outcome.applied.is_empty() && outcome.still_failing.is_empty() {
+                return Err(ProjectorError::Usage(format!("no dead letter with id {}", id.unwrap_or_default())));
+            }
+            let mut text = format!("{} applied and removed", outcome.applied.len());
+            for (id, reason) in &outcome.still_failing {
+                text.push_str(&format!("\n{id} still fails: {reason}"));
+            }
+            write_stdout(&format!("{text}\n"))
+        }
+        Command::Publish(args) => publish(args).await,
+    }
+}
+
+async fn connect(args: &DatabaseArgs) -> Result<PgPool, ProjectorError> {
+    Ok(PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(&args.database_url)?)
+}
+
+async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(&args.database.database_url)?;
+    let client = stream::connect(&args.nats.nats_url).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let settings = RunSettings { batch_size: usize::from(args.batch_size), ..RunSettings::default() };
+    consumer::run(client, pool, settings, shutdown).await
+}
+
+/// Cancels `token` on Ctrl-C or SIGTERM.
+async fn cancel_on_signal(token: CancellationToken) {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing the batch in hand");
+    token.cancel();
+}
+
+async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
+    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
+    let jetstream = jetstream::new(client);
+    let mut stream = ensure_stream(&jetstream).await?;
+    let mut consumer = ensure_consumer(&stream).await?;
+    let last_sequence = stream.info().await.map_err(ProjectorError::nats)?.state.last_sequence;
+    let info = consumer.info().await.map_err(ProjectorError::nats)?.clone();
+    let dead = dead_letters::count(&connect(&args.database).await?).await?;
+    let status = serde_json::json!({
+        "stream": stream::STREAM,
+        "consumer": stream::CONSUMER,
+        "lastSequence": last_sequence,
+        "ackFloor": info.ack_floor.stream_sequence,
+        "pending": info.num_pending,
+        "unacknowledged": info.num_ack_pending,
+        "deadLetters": dead,
+    });
+    match args.output {
+        Output::Json => write_stdout(&format!("{status}\n")),
+        Output::Text => write_stdout(&format!(
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\n",
+            stream::STREAM,
+            last_sequence,
+            stream::CONSUMER,
+            info.ack_floor.stream_sequence,
+            info.num_pending,
+            info.num_ack_pending,
+            dead
+        )),
+    }
+}
+
+async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
+    let mut events = Vec::new();
+    if args.files.is_empty() {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        events.extend(text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned));
+    } else {
+        for file in &args.files {
+            events.push(std::fs::read_to_string(file)?);
+        }
+    }
+    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
+    let jetstream = jetstream::new(client);
+    ensure_stream(&jetstream).await?;
+    let mut published = 0;
+    for text in events {
+        let event = ChangeEvent::decode(text.as_bytes())
+            .map_err(|error| ProjectorError::Usage(format!("event {} is not valid: {error}", published + 1)))?;
+        let mut headers = async_nats::HeaderMap::new();
+        // JetStream stores one copy of a re-published event within its duplicate window.
+        headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
+        jetstream
+            .publish_with_headers(event.expected_subject(), headers, text.into_bytes().into())
+            .await
+            .map_err(ProjectorError::nats)?
+            .await
+            .map_err(ProjectorError::nats)?;
+        published += 1;
+    }
+    write_stdout(&format!("published {published} event(s)\n"))
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<String, ProjectorError> {
+    serde_json::to_string(value).map_err(|error| ProjectorError::Output(error.into()))
+}
+
+fn write_stdout(text: &str) -> Result<(), ProjectorError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
 }

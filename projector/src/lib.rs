@@ -1,10 +1,23 @@
 //! `lectern-projector`: consumes contact and item change events from NATS JetStream
 //! into the PostgreSQL read model that `lectern-api` serves.
 //!
-//! This crate is a skeleton until the projector issue: the binary parses its command
-//! line and says plainly that consuming is not built yet.
+//! Messages are pulled in batches from a durable consumer; each batch is applied in
+//! one transaction with set-based upserts guarded by the records' versions, and
+//! acknowledged only after the commit. Messages that break the contract are stored as
+//! dead letters in the same transaction, then acknowledged too, so they never block
+//! what follows. Any number of projectors can share the consumer.
 //!
 //! # Layout
-//! - [`cli`]: the command line.
+//! - [`cli`]: the command line (`run`, `status`, `dead-letters`, `publish`).
+//! - [`stream`]: the `CHANGES` stream and the durable consumer.
+//! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
+//! - [`apply`]: one batch into the read model, in one transaction.
+//! - [`dead_letters`]: listing and retrying dead letters.
+//! - [`error`]: the crate's error type.
 
+pub mod apply;
 pub mod cli;
+pub mod consumer;
+pub mod dead_letters;
+pub mod error;
+pub mod stream;

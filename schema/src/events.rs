@@ -13,7 +13,7 @@ use crate::money::Money;
 use crate::Timestamp;
 
 /// Which kind of record an event is about; also the subject's entity segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EntityKind {
     Contact,
     Item,

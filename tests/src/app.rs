@@ -43,7 +43,10 @@ impl TestApp {
     }
 
     pub async fn spawn_with(pool: PgPool, options: AppOptions) -> Self {
-        lectern_api::telemetry::init();
+        // Quiet by default; LECTERN_TEST_LOG=1 shows the app's logs (RUST_LOG filters).
+        if std::env::var_os("LECTERN_TEST_LOG").is_some() {
+            lectern_api::telemetry::init();
+        }
         let state = AppState {
             pool: pool.clone(),
             authenticator: Arc::new(Authenticator::new(pool.clone(), test_pepper(), options.environment)),

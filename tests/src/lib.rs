@@ -9,6 +9,8 @@
 //!   contract's assertions.
 //! - [`seed`]: records and keys written the way the projector and `keys create` would.
 //! - [`binaries`]: paths to the workspace's built binaries.
+//! - [`nats`]: a private nats-server with JetStream per test.
+//! - [`projector`]: the projector's run loop in-process, and publishing events.
 
 #![allow(
     clippy::expect_used,
@@ -19,6 +21,8 @@
 pub mod app;
 pub mod binaries;
 pub mod database;
+pub mod nats;
+pub mod projector;
 pub mod seed;
 
 pub use app::{Reply, TestApp};

@@ -1,0 +1,307 @@
+//! One batch of messages into the read model, in one transaction.
+//!
+//! Events are first reduced to the highest version per record (a batch may hold
+//! several versions of one record), then written with one set-based upsert per table,
+//! guarded by `version < excluded.version`: duplicates, redeliveries, out-of-order
+//! arrival and racing projectors all converge on the highest version. Rows are written
+//! in key order so two projectors never deadlock on each other.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use lectern_schema::events::{ChangeEvent, ChangeKind, EntityKind, RecordState};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::error::is_transient_database_error;
+
+/// One message as received: where it came from and its raw bytes.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub subject: String,
+    pub stream_sequence: u64,
+    pub payload: Vec<u8>,
+}
+
+/// What a batch did, for logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub events: usize,
+    pub dead_letters: usize,
+}
+
+type Decoded<'a> = (&'a Received, ChangeEvent);
+type Refused<'a> = (&'a Received, String);
+
+/// Decodes, applies and dead-letters `batch` in one transaction. An `Err` means
+/// nothing was committed, and the whole batch may be retried.
+pub async fn apply_batch(pool: &PgPool, batch: &[Received]) -> Result<Applied, sqlx::Error> {
+    let mut events: Vec<Decoded<'_>> = Vec::with_capacity(batch.len());
+    let mut refused: Vec<Refused<'_>> = Vec::new();
+    for message in batch {
+        match ChangeEvent::decode_from(&message.subject, &message.payload) {
+            Ok(event) => events.push((message, event)),
+            Err(error) => refused.push((message, error.to_string())),
+        }
+    }
+    let mut transaction = pool.begin().await?;
+    let written = async {
+        write_events(&mut transaction, events.iter().map(|(_, event)| event)).await?;
+        write_dead_letters(&mut transaction, &refused).await
+    }
+    .await;
+    match written {
+        Ok(()) => {
+            transaction.commit().await?;
+            Ok(Applied { events: events.len(), dead_letters: refused.len() })
+        }
+        Err(error) if is_transient_database_error(&error) => Err(error),
+        Err(error) => {
+            // The database refused something the contract allowed (a limit such as an
+            // enormous field, or a bug). Find the culprits one by one rather than block.
+            transaction.rollback().await?;
+            tracing::warn!(%error, "batch refused by the database; applying its events one by one");
+            apply_one_by_one(pool, events, refused).await
+        }
+    }
+}
+
+async fn apply_one_by_one<'a>(
+    pool: &PgPool,
+    events: Vec<Decoded<'a>>,
+    mut refused: Vec<Refused<'a>>,
+) -> Result<Applied, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let mut applied = 0;
+    for (message, event) in events {
+        sqlx::query("savepoint one_event").execute(&mut *transaction).await?;
+        match write_events(&mut transaction, std::iter::once(&event)).await {
+            Ok(()) => applied += 1,
+            Err(error) if is_transient_database_error(&error) => return Err(error),
+            Err(error) => {
+                sqlx::query("rollback to savepoint one_event").execute(&mut *transaction).await?;
+                tracing::warn!(%error, event_id = %event.event_id, "event refused by the database; dead-lettered");
+                refused.push((message, format!("refused by the database: {error}")));
+            }
+        }
+    }
+    write_dead_letters(&mut transaction, &refused).await?;
+    transaction.commit().await?;
+    Ok(Applied { events: applied, dead_letters: refused.len() })
+}
+
+/// Writes the newest event of each record; older ones in the batch could not win.
+pub async fn write_events<'e>(
+    connection: &mut PgConnection,
+    events: impl Iterator<Item = &'e ChangeEvent>,
+) -> Result<(), sqlx::Error> {
+    let mut newest: BTreeMap<(EntityKind, Uuid, Uuid), &ChangeEvent> = BTreeMap::new();
+    for event in events {
+        let key = (event.event_type.entity, event.workspace_id, event.entity_id);
+        let entry = newest.entry(key).or_insert(event);
+        if event.version > entry.version {
+            *entry = event;
+        }
+    }
+    let (contacts, items): (Vec<&ChangeEvent>, Vec<&ChangeEvent>) =
+        newest.into_values().partition(|event| event.event_type.entity == EntityKind::Contact);
+    if !contacts.is_empty() {
+        upsert_contacts(connection, &contacts).await?;
+    }
+    if !items.is_empty() {
+        upsert_items(connection, &items).await?;
+    }
+    Ok(())
+}
+
+fn status(change: ChangeKind) -> &'static str {
+    match change {
+        ChangeKind::Created | ChangeKind::Updated | ChangeKind::Restored => "active",
+        ChangeKind::Archived => "archived",
+        ChangeKind::Deleted => "deleted",
+    }
+}
+
+/// An archived record keeps its last state (nothing is shown, but nothing is
+/// forgotten); a deleted one keeps only its tombstone.
+const KEEP_ON_ARCHIVE: &str = "case excluded.status when 'archived' then";
+
+async fn upsert_contacts(connection: &mut PgConnection, events: &[&ChangeEvent]) -> Result<(), sqlx::Error> {
+    let mut columns = ContactColumns::default();
+    for event in events {
+        let data = match &event.state {
+            Some(RecordState::Contact(data)) => Some(data),
+            _ => None,
+        };
+        columns.workspace_id.push(event.workspace_id);
+        columns.id.push(event.entity_id);
+        columns.version.push(event.version);
+        columns.status.push(status(event.event_type.change));
+        columns.name.push(data.map(|d| d.name.clone()));
+        columns.email.push(data.and_then(|d| d.email.clone()));
+        columns.phone.push(data.and_then(|d| d.phone.clone()));
+        columns.address.push(data.and_then(|d| d.address.clone()));
+        columns.tin.push(data.and_then(|d| d.tin.clone()));
+        columns.is_customer.push(data.map(|d| d.is_customer));
+        columns.is_supplier.push(data.map(|d| d.is_supplier));
+        columns.created_at.push(data.map(|d| d.created_at.as_datetime()));
+    }
+    let keep = |column: &str| format!("{column} = {KEEP_ON_ARCHIVE} c.{column} else excluded.{column} end");
+    let sql = format!(
+        "insert into contacts as c (workspace_id, id, version, status, name, email, phone, address, tin,
+                                    is_customer, is_supplier, created_at)
+         select * from unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[],
+                              $8::text[], $9::text[], $10::bool[], $11::bool[], $12::timestamptz[])
+         on conflict (workspace_id, id) do update set
+             version = excluded.version, status = excluded.status, {}
+         where c.version < excluded.version",
+        ["name", "email", "phone", "address", "tin", "is_customer", "is_supplier", "created_at"].map(keep).join(", ")
+    );
+    sqlx::query(&sql)
+        .bind(&columns.workspace_id)
+        .bind(&columns.id)
+        .bind(&columns.version)
+        .bind(&columns.status)
+        .bind(&columns.name)
+        .bind(&columns.email)
+        .bind(&columns.phone)
+        .bind(&columns.address)
+        .bind(&columns.tin)
+        .bind(&columns.is_customer)
+        .bind(&columns.is_supplier)
+        .bind(&columns.created_at)
+        .execute(connection)
+        .await?;
+    Ok(())
+}
+
+#[derive(Default)]
+struct ContactColumns {
+    workspace_id: Vec<Uuid>,
+    id: Vec<Uuid>,
+    version: Vec<i64>,
+    status: Vec<&'static str>,
+    name: Vec<Option<String>>,
+    email: Vec<Option<String>>,
+    phone: Vec<Option<String>>,
+    address: Vec<Option<String>>,
+    tin: Vec<Option<String>>,
+    is_customer: Vec<Option<bool>>,
+    is_supplier: Vec<Option<bool>>,
+    created_at: Vec<Option<DateTime<Utc>>>,
+}
+
+async fn upsert_items(connection: &mut PgConnection, events: &[&ChangeEvent]) -> Result<(), sqlx::Error> {
+    let mut columns = ItemColumns::default();
+    for event in events {
+        let data = match &event.state {
+            Some(RecordState::Item(data)) => Some(data),
+            _ => None,
+        };
+        let sale = data.and_then(|d| d.sale_price.as_ref());
+        let purchase = data.and_then(|d| d.purchase_price.as_ref());
+        columns.workspace_id.push(event.workspace_id);
+        columns.id.push(event.entity_id);
+        columns.version.push(event.version);
+        columns.status.push(status(event.event_type.change));
+        columns.name.push(data.map(|d| d.name.clone()));
+        columns.sku.push(data.and_then(|d| d.sku.clone()));
+        columns.description.push(data.and_then(|d| d.description.clone()));
+        columns.kind.push(data.map(|d| d.kind.as_str()));
+        columns.unit.push(data.and_then(|d| d.unit.clone()));
+        columns.sale_amount.push(sale.map(|m| m.amount.as_str().to_owned()));
+        columns.sale_currency.push(sale.map(|m| m.currency.as_str().to_owned()));
+        columns.purchase_amount.push(purchase.map(|m| m.amount.as_str().to_owned()));
+        columns.purchase_currency.push(purchase.map(|m| m.currency.as_str().to_owned()));
+        columns.created_at.push(data.map(|d| d.created_at.as_datetime()));
+    }
+    let keep = |column: &str| format!("{column} = {KEEP_ON_ARCHIVE} c.{column} else excluded.{column} end");
+    let sql = format!(
+        "insert into items as c (workspace_id, id, version, status, name, sku, description, type, unit,
+                                 sale_price_amount, sale_price_currency, purchase_price_amount,
+                                 purchase_price_currency, created_at)
+         select workspace_id, id, version, status, name, sku, description, type, unit,
+                sale_amount::numeric, sale_currency, purchase_amount::numeric, purchase_currency, created_at
+         from unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[],
+                     $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[])
+              as u(workspace_id, id, version, status, name, sku, description, type, unit,
+                   sale_amount, sale_currency, purchase_amount, purchase_currency, created_at)
+         on conflict (workspace_id, id) do update set
+             version = excluded.version, status = excluded.status, {}
+         where c.version < excluded.version",
+        [
+            "name",
+            "sku",
+            "description",
+            "type",
+            "unit",
+            "sale_price_amount",
+            "sale_price_currency",
+            "purchase_price_amount",
+            "purchase_price_currency",
+            "created_at",
+        ]
+        .map(keep)
+        .join(", ")
+    );
+    sqlx::query(&sql)
+        .bind(&columns.workspace_id)
+        .bind(&columns.id)
+        .bind(&columns.version)
+        .bind(&columns.status)
+        .bind(&columns.name)
+        .bind(&columns.sku)
+        .bind(&columns.description)
+        .bind(&columns.kind)
+        .bind(&columns.unit)
+        .bind(&columns.sale_amount)
+        .bind(&columns.sale_currency)
+        .bind(&columns.purchase_amount)
+        .bind(&columns.purchase_currency)
+        .bind(&columns.created_at)
+        .execute(connection)
+        .await?;
+    Ok(())
+}
+
+#[derive(Default)]
+struct ItemColumns {
+    workspace_id: Vec<Uuid>,
+    id: Vec<Uuid>,
+    version: Vec<i64>,
+    status: Vec<&'static str>,
+    name: Vec<Option<String>>,
+    sku: Vec<Option<String>>,
+    description: Vec<Option<String>>,
+    kind: Vec<Option<&'static str>>,
+    unit: Vec<Option<String>>,
+    sale_amount: Vec<Option<String>>,
+    sale_currency: Vec<Option<String>>,
+    purchase_amount: Vec<Option<String>>,
+    purchase_currency: Vec<Option<String>>,
+    created_at: Vec<Option<DateTime<Utc>>>,
+}
+
+async fn write_dead_letters(connection: &mut PgConnection, refused: &[Refused<'_>]) -> Result<(), sqlx::Error> {
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let subjects: Vec<&str> = refused.iter().map(|(message, _)| message.subject.as_str()).collect();
+    let sequences: Vec<i64> =
+        refused.iter().map(|(message, _)| i64::try_from(message.stream_sequence).unwrap_or(i64::MAX)).collect();
+    let payloads: Vec<&[u8]> = refused.iter().map(|(message, _)| message.payload.as_slice()).collect();
+    let reasons: Vec<&str> = refused.iter().map(|(_, reason)| reason.as_str()).collect();
+    // A redelivered poison message (acked but the ack lost) is stored once.
+    sqlx::query(
+        "insert into dead_letters (subject, stream_sequence, payload, reason)
+         select * from unnest($1::text[], $2::int8[], $3::bytea[], $4::text[])
+         on conflict (stream_sequence) do nothing",
+    )
+    .bind(&subjects)
+    .bind(&sequences)
+    .bind(&payloads)
+    .bind(&reasons)
+    .execute(connection)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! The run loop: pull a batch, apply it in one transaction, acknowledge after commit.
+//!
+//! Transient failures (PostgreSQL or NATS away) are retried with backoff, without
+//! acknowledging and without exiting. On shutdown the batch in hand is finished,
+//! committed and acknowledged before the loop returns.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures_util::StreamExt;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::apply::{apply_batch, Received};
+use crate::error::ProjectorError;
+use crate::stream::{ensure_consumer, ensure_stream};
+
+/// How the loop pulls.
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    /// Most messages applied in one transaction.
+    pub batch_size: usize,
+    /// How long one pull waits for messages before applying what it has.
+    pub pull_wait: Duration,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        Self { batch_size: 1_000, pull_wait: Duration::from_millis(200) }
+    }
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Consumes until `shutdown` is cancelled.
+pub async fn run(
+    client: async_nats::Client,
+    pool: PgPool,
+    settings: RunSettings,
+    shutdown: CancellationToken,
+) -> Result<(), ProjectorError> {
+    let jetstream = jetstream::new(client);
+    let mut backoff = Backoff::default();
+    let consumer = loop {
+        let attempt = async { ensure_consumer(&ensure_stream(&jetstream).await?).await }.await;
+        match attempt {
+            Ok(consumer) => break consumer,
+            Err(error) => {
+                tracing::warn!(%error, "cannot reach JetStream yet; retrying");
+                if backoff.wait_or_stop(&shutdown).await {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    tracing::info!("projector consuming");
+    backoff = Backoff::default();
+    while !shutdown.is_cancelled() {
+        let batch = match pull(&consumer, &settings, &shutdown).await {
+            Ok(batch) => batch,
+            Err(error) => {
+                tracing::warn!(%error, "pulling from JetStream failed; retrying");
+                if backoff.wait_or_stop(&shutdown).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        backoff = Backoff::default();
+        if batch.is_empty() {
+            continue;
+        }
+        apply_until_committed(&pool, batch, &shutdown).await;
+    }
+    tracing::info!("projector stopped");
+    Ok(())
+}
+
+/// One pull: up to `batch_size` messages, or what arrived within `pull_wait`.
+async fn pull(
+    consumer: &jetstream::consumer::PullConsumer,
+    settings: &RunSettings,
+    shutdown: &CancellationToken,
+) -> Result<Vec<jetstream::Message>, ProjectorError> {
+    let mut messages = consumer
+        .batch()
+        .max_messages(settings.batch_size)
+        .expires(settings.pull_wait)
+        .messages()
+        .await
+        .map_err(ProjectorError::nats)?;
+    let mut batch = Vec::with_capacity(settings.batch_size);
+    loop {
+        let next = tokio::select! {
+            next = messages.next() => next,
+            () = shutdown.cancelled(), if batch.is_empty() => return Ok(batch),
+        };
+        match next {
+            Some(Ok(message)) => batch.push(message),
+            Some(Err(error)) if batch.is_empty() => return Err(ProjectorError::nats(error)),
+            // A pull that ends in an error after some messages still delivered them.
+            Some(Err(_)) | None => return Ok(batch),
+        }
+    }
+}
+
+/// Applies `batch` until it commits, then acknowledges every message of it. While the
+/// database is away the batch is retried with backoff and nothing is acknowledged; on
+/// shutdown during such an outage the batch is left unacknowledged for redelivery.
+async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, shutdown: &CancellationToken) {
+    let received: Vec<Received> = batch
+        .iter()
+        .map(|message| Received {
+            subject: message.subject.to_string(),
+            stream_sequence: message.info().map(|info| info.stream_sequence).unwrap_or_default(),
+            payload: message.payload.to_vec(),
+        })
+        .collect();
+    let mut backoff = Backoff::default();
+    loop {
+        match apply_batch(pool, &received).await {
+            Ok(applied) => {
+                tracing::debug!(events = applied.events, dead_letters = applied.dead_letters, "batch committed");
+                if applied.dead_letters > 0 {
+                    tracing::warn!(count = applied.dead_letters, "messages broke the contract; stored as dead letters");
+                }
+                break;
+            }
+            Err(error) => {
+                tracing::warn!(%error, messages = received.len(), "applying a batch failed; retrying, nothing acknowledged");
+                // Keep the messages ours while we wait, so JetStream does not hand them
+                // to another projector mid-retry.
+                for message in &batch {
+                    let _ = message.ack_with(jetstream::AckKind::Progress).await;
+                }
+                if backoff.wait_or_stop(shutdown).await {
+                    return;
+                }
+            }
+        }
+    }
+    for message in &batch {
+        // An ack lost here means a redelivery, which the version guard makes harmless.
+        if let Err(error) = message.ack().await {
+            tracing::warn!(%error, "acknowledgement failed; the message will be redelivered and ignored");
+        }
+    }
+}
+
+/// Exponential backoff from 100 ms to 5 s.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self(Duration::from_millis(100))
+    }
+}
+
+impl Backoff {
+    /// Waits, or returns `true` at once if shutdown was requested.
+    async fn wait_or_stop(&mut self, shutdown: &CancellationToken) -> bool {
+        let wait = self.0;
+        self.0 = (self.0 * 2).min(MAX_BACKOFF);
+        tokio::select! {
+            () = tokio::time::sleep(wait) => false,
+            () = shutdown.cancelled() => true,
+        }
+    }
+}

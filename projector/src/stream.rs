@@ -1,0 +1,60 @@
+//! The `CHANGES` stream and the durable pull consumer all projectors share.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+
+use crate::error::ProjectorError;
+
+/// The stream upstream systems publish to (decisions.md).
+pub const STREAM: &str = "CHANGES";
+/// Every change subject: `changes.<workspace>.<contacts|items>.<id>`.
+pub const SUBJECTS: &str = "changes.>";
+/// The durable consumer every projector process pulls from, so they share the work.
+pub const CONSUMER: &str = "lectern-projector";
+/// How long a delivered message may stay unacknowledged before JetStream redelivers it.
+pub const ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// Connects to NATS; the client reconnects by itself for as long as the process lives.
+pub async fn connect(url: &str) -> Result<async_nats::Client, ProjectorError> {
+    async_nats::ConnectOptions::new()
+        .name("lectern-projector")
+        .retry_on_initial_connect()
+        .connect(url)
+        .await
+        .map_err(ProjectorError::nats)
+}
+
+/// Creates the stream if it is missing (an existing one is left as its operators set it).
+pub async fn ensure_stream(jetstream: &jetstream::Context) -> Result<stream::Stream, ProjectorError> {
+    jetstream
+        .get_or_create_stream(stream::Config {
+            name: STREAM.to_owned(),
+            subjects: vec![SUBJECTS.to_owned()],
+            storage: stream::StorageType::File,
+            // Duplicate publishes of one event (same Nats-Msg-Id = eventId) within
+            // this window are stored once.
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .map_err(ProjectorError::nats)
+}
+
+/// The durable consumer, created on first use.
+pub async fn ensure_consumer(stream: &stream::Stream) -> Result<consumer::PullConsumer, ProjectorError> {
+    stream
+        .get_or_create_consumer(
+            CONSUMER,
+            consumer::pull::Config {
+                durable_name: Some(CONSUMER.to_owned()),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: ACK_WAIT,
+                filter_subject: SUBJECTS.to_owned(),
+                max_ack_pending: 20_000,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(ProjectorError::nats)
+}

@@ -1,0 +1,105 @@
+//! Driving the projector: in-process (its real run loop) and publishing events.
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use lectern_projector::consumer::{self, RunSettings};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// The projector's real run loop in this process; stopped like SIGTERM stops it.
+pub struct RunningProjector {
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), lectern_projector::error::ProjectorError>>,
+}
+
+impl RunningProjector {
+    pub async fn start(nats_url: &str, pool: PgPool) -> Self {
+        Self::start_with(nats_url, pool, RunSettings::default()).await
+    }
+
+    pub async fn start_with(nats_url: &str, pool: PgPool, settings: RunSettings) -> Self {
+        let client = lectern_projector::stream::connect(nats_url).await.expect("connect projector");
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(consumer::run(client, pool, settings, shutdown.clone()));
+        Self { shutdown, task }
+    }
+
+    /// Graceful stop: the batch in hand is finished, committed and acknowledged.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("projector stops within 30 s")
+            .expect("projector task")
+            .expect("projector run");
+    }
+}
+
+/// Publishes `event` to the subject its envelope names, and waits for JetStream's ack.
+pub async fn publish(client: &async_nats::Client, event: &Value) {
+    let subject = format!(
+        "changes.{}.{}.{}",
+        event["workspaceId"].as_str().unwrap_or_default(),
+        if event["type"].as_str().unwrap_or_default().starts_with("item.") { "items" } else { "contacts" },
+        event["entityId"].as_str().unwrap_or_default()
+    );
+    publish_raw(client, &subject, event.to_string().into_bytes()).await;
+}
+
+/// Publishes raw bytes to any subject (for contract violations), creating the stream if needed.
+pub async fn publish_raw(client: &async_nats::Client, subject: &str, payload: Vec<u8>) {
+    let jetstream = jetstream::new(client.clone());
+    lectern_projector::stream::ensure_stream(&jetstream).await.expect("stream");
+    jetstream.publish(subject.to_owned(), payload.into()).await.expect("publish").await.expect("publish ack");
+}
+
+/// A contact event; `data` for created/updated/restored, none for archived/deleted.
+pub fn contact_event(kind: &str, workspace: Uuid, id: Uuid, version: i64, name: &str) -> Value {
+    let mut event = json!({
+        "eventId": Uuid::new_v4(),
+        "type": format!("contact.{kind}"),
+        "workspaceId": workspace,
+        "entityId": id,
+        "version": version,
+        "occurredAt": "2026-11-21T10:15:30.120Z",
+    });
+    if matches!(kind, "created" | "updated" | "restored") {
+        event["data"] = json!({
+            "name": name, "email": null, "phone": null, "address": null, "tin": null,
+            "isCustomer": true, "isSupplier": false, "createdAt": "2025-02-03T08:00:00.000Z"
+        });
+    }
+    event
+}
+
+/// Polls `check` until it holds or `within` passes; returns whether it held.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// (status, version, name) of one contact row, if any.
+pub async fn contact_row(pool: &PgPool, workspace: Uuid, id: Uuid) -> Option<(String, i64, Option<String>)> {
+    sqlx::query_as("select status, version, name from contacts where workspace_id = $1 and id = $2")
+        .bind(workspace)
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+        .expect("read contact row")
+}
