@@ -115,8 +115,10 @@ pub struct ContactData {
 }
 
 /// `product` or `service`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(poem_openapi::Enum))]
+#[cfg_attr(feature = "openapi", oai(rename_all = "lowercase"))]
 pub enum ItemType {
     Product,
     Service,
@@ -127,6 +129,15 @@ impl ItemType {
         match self {
             Self::Product => "product",
             Self::Service => "service",
+        }
+    }
+
+    /// The stored text (`items.type`) back as a type.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "product" => Some(Self::Product),
+            "service" => Some(Self::Service),
+            _ => None,
         }
     }
 }

@@ -9,13 +9,16 @@
 //! - [`timestamp`]: instants rendered exactly as the contract demands (`…SS.mmmZ`).
 //! - [`contact`]: the Contact record.
 //! - [`events`]: change events, as upstream systems publish them.
+//! - [`item`]: the Item record.
 //! - [`money`]: exact decimal amounts with their currency.
 
 pub mod contact;
 pub mod events;
+pub mod item;
 pub mod money;
 pub mod timestamp;
 
 pub use contact::Contact;
 pub use events::{ChangeEvent, EventError};
+pub use item::Item;
 pub use timestamp::Timestamp;

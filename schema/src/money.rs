@@ -11,10 +11,19 @@ const MAX_AMOUNT_LEN: usize = 40;
 
 /// `{ "amount": "12.50", "currency": "EUR" }`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(poem_openapi::Object))]
+#[cfg_attr(feature = "openapi", oai(deny_unknown_fields))]
 pub struct Money {
+    /// Exact decimal amount as a string; negative for credits.
     pub amount: Amount,
+    /// ISO 4217 currency code.
     pub currency: Currency,
 }
+
+/// The amount's pattern, stated in the OpenAPI document and the event schema.
+pub const AMOUNT_PATTERN: &str = r"^-?[0-9]+(\.[0-9]+)?$";
+/// The currency's pattern.
+pub const CURRENCY_PATTERN: &str = "^[A-Z]{3}$";
 
 /// A decimal amount as text matching `^-?[0-9]+(\.[0-9]+)?$`; kept as written so
 /// `"0.10"` stays `"0.10"`.
@@ -85,6 +94,64 @@ macro_rules! text_serde {
 
 text_serde!(Amount);
 text_serde!(Currency);
+
+#[cfg(feature = "openapi")]
+mod openapi {
+    use std::borrow::Cow;
+
+    use poem_openapi::registry::{MetaSchema, MetaSchemaRef};
+    use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
+    use serde_json::Value;
+
+    use super::{Amount, Currency, AMOUNT_PATTERN, CURRENCY_PATTERN};
+
+    macro_rules! pattern_string {
+        ($ty:ty, $name:literal, $pattern:expr, $example:literal) => {
+            impl Type for $ty {
+                const IS_REQUIRED: bool = true;
+                type RawValueType = Self;
+                type RawElementValueType = Self;
+
+                fn name() -> Cow<'static, str> {
+                    $name.into()
+                }
+
+                fn schema_ref() -> MetaSchemaRef {
+                    let mut schema = MetaSchema::new("string");
+                    schema.pattern = Some($pattern.to_owned());
+                    schema.example = Some(Value::String($example.to_owned()));
+                    MetaSchemaRef::Inline(Box::new(schema))
+                }
+
+                fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+                    Some(self)
+                }
+
+                fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+                    Box::new(self.as_raw_value().into_iter())
+                }
+            }
+
+            impl ToJSON for $ty {
+                fn to_json(&self) -> Option<Value> {
+                    Some(Value::String(self.0.clone()))
+                }
+            }
+
+            impl ParseFromJSON for $ty {
+                fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+                    match value.unwrap_or_default() {
+                        Value::String(text) => Self::parse(&text).map_err(ParseError::custom),
+                        other => Err(ParseError::expected_type(other)),
+                    }
+                }
+            }
+        };
+    }
+
+    pattern_string!(Amount, "Amount", AMOUNT_PATTERN, "12.50");
+    pattern_string!(Currency, "Currency", CURRENCY_PATTERN, "EUR");
+}
 
 #[cfg(test)]
 mod tests {

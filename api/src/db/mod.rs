@@ -2,6 +2,7 @@
 //! queries return row structs and know nothing of HTTP.
 
 pub mod contacts;
+pub mod items;
 pub mod listing;
 
 use std::str::FromStr;

@@ -25,6 +25,15 @@ async fn contacts_read(request: &Request, key: ApiKey) -> poem::Result<Principal
     authorize(request, &key.key, Scope::ContactsRead).await
 }
 
+/// A workspace API key with the `items:read` scope, sent in the `X-API-Key` header.
+#[derive(Debug, SecurityScheme)]
+#[oai(rename = "WorkspaceApiKey", ty = "api_key", key_name = "X-API-Key", key_in = "header", checker = "items_read")]
+pub struct ItemsReader(pub Principal);
+
+async fn items_read(request: &Request, key: ApiKey) -> poem::Result<Principal> {
+    authorize(request, &key.key, Scope::ItemsRead).await
+}
+
 async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Result<Principal> {
     let state = request
         .data::<Arc<AppState>>()

@@ -6,6 +6,8 @@ use crate::keys::Principal;
 use crate::listing::cursor::CursorScope;
 use crate::listing::{paginate, CursorToken, Limit, ListRequest, PageInfo, SearchText, SortKey};
 
+use super::envelope::error_responses;
+use super::strict_query::{parses_as, Parameter, QueryContract};
 use super::AppState;
 
 /// The validated query of a listing operation.
@@ -48,4 +50,54 @@ pub async fn list_page<R: Resource>(
     }
     let rows = fetch_page::<R>(&state.pool, &request).await?;
     Ok(paginate(rows, request.limit.get(), &state.cursors, &scope))
+}
+
+error_responses! {
+    /// The errors a listing operation documents.
+    ListError {
+        BadRequest = 400,
+        Unauthorized = 401,
+        Forbidden = 403,
+        TooManyRequests = 429,
+        InternalError = 500,
+        ServiceUnavailable = 503,
+    }
+}
+
+error_responses! {
+    /// The errors a retrieve operation documents.
+    GetError {
+        BadRequest = 400,
+        Unauthorized = 401,
+        Forbidden = 403,
+        NotFound = 404,
+        TooManyRequests = 429,
+        InternalError = 500,
+        ServiceUnavailable = 503,
+    }
+}
+
+/// The query parameters of every listing; `K` is the resource's `type` filter.
+#[derive(Debug)]
+pub struct ListQuery<K>(std::marker::PhantomData<K>);
+
+impl<K> QueryContract for ListQuery<K>
+where
+    K: std::str::FromStr<Err = String> + Send + Sync + 'static,
+{
+    const PARAMETERS: &'static [Parameter] = &[
+        ("search", parses_as::<SearchText>),
+        ("cursor", parses_as::<CursorToken>),
+        ("limit", parses_as::<Limit>),
+        ("type", parses_as::<K>),
+        ("sort", parses_as::<SortKey>),
+    ];
+}
+
+/// Retrieve operations take no query parameters.
+#[derive(Debug)]
+pub struct NoQuery;
+
+impl QueryContract for NoQuery {
+    const PARAMETERS: &'static [Parameter] = &[];
 }

@@ -9,10 +9,10 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ContactsReader;
-use super::collection::{list_page, ListParams};
-use super::envelope::error_responses;
+pub use super::collection::NoQuery;
+use super::collection::{list_page, GetError, ListError, ListParams, ListQuery};
 use super::request_id::RequestId;
-use super::strict_query::{parses_as, Parameter, QueryContract, StrictQuery};
+use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
 use crate::db::contacts::{self, ContactType, Contacts};
 use crate::error::ApiError;
@@ -35,52 +35,8 @@ pub struct ContactEnvelope {
     pub request_id: RequestId,
 }
 
-error_responses! {
-    /// The errors listContacts documents.
-    ListContactsError {
-        BadRequest = 400,
-        Unauthorized = 401,
-        Forbidden = 403,
-        TooManyRequests = 429,
-        InternalError = 500,
-        ServiceUnavailable = 503,
-    }
-}
-
-error_responses! {
-    /// The errors getContact documents.
-    GetContactError {
-        BadRequest = 400,
-        Unauthorized = 401,
-        Forbidden = 403,
-        NotFound = 404,
-        TooManyRequests = 429,
-        InternalError = 500,
-        ServiceUnavailable = 503,
-    }
-}
-
 /// listContacts' query parameters.
-#[derive(Debug)]
-pub struct ListContactsQuery;
-
-impl QueryContract for ListContactsQuery {
-    const PARAMETERS: &'static [Parameter] = &[
-        ("search", parses_as::<SearchText>),
-        ("cursor", parses_as::<CursorToken>),
-        ("limit", parses_as::<Limit>),
-        ("type", parses_as::<ContactType>),
-        ("sort", parses_as::<SortKey>),
-    ];
-}
-
-/// getContact takes no query parameters.
-#[derive(Debug)]
-pub struct NoQuery;
-
-impl QueryContract for NoQuery {
-    const PARAMETERS: &'static [Parameter] = &[];
-}
+pub type ListContactsQuery = ListQuery<ContactType>;
 
 #[derive(Debug, poem_openapi::Tags)]
 enum Tags {
@@ -120,7 +76,7 @@ impl ContactsApi {
         /// Sort order, always ascending with ties broken by id.
         #[oai(default)]
         sort: Query<SortKey>,
-    ) -> Result<Json<ContactList>, ListContactsError> {
+    ) -> Result<Json<ContactList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
         let (rows, page) = list_page::<Contacts>(&state, &key.0, params).await?;
         Ok(Json(ContactList {
@@ -142,7 +98,7 @@ impl ContactsApi {
         /// The contact's id.
         #[oai(name = "id")]
         id: Path<RecordId>,
-    ) -> Result<Json<ContactEnvelope>, GetContactError> {
+    ) -> Result<Json<ContactEnvelope>, GetError> {
         let id = id.0.parse()?;
         let row = contacts::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row =

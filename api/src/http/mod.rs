@@ -4,6 +4,7 @@ mod auth;
 mod collection;
 pub mod contacts;
 pub mod envelope;
+pub mod items;
 pub mod openapi;
 pub mod request_id;
 pub mod strict_query;

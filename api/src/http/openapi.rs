@@ -7,12 +7,13 @@ use poem_openapi::OpenApiService;
 use serde_json::{json, Map, Value};
 
 use super::contacts::ContactsApi;
+use super::items::ItemsApi;
 
 /// Fields the contract lets be absent; every other property of every schema is required.
 const OPTIONAL_FIELDS: &[(&str, &str)] = &[("ErrorInfo", "details")];
 
-pub fn service() -> OpenApiService<ContactsApi, ()> {
-    OpenApiService::new(ContactsApi, "Lectern", "1.0.0")
+pub fn service() -> OpenApiService<(ContactsApi, ItemsApi), ()> {
+    OpenApiService::new((ContactsApi, ItemsApi), "Lectern", "1.0.0")
         .summary("Workspace-scoped read API for contacts and items")
         .description(
             "Read-only, workspace-scoped access to an accounting product's active records. \

@@ -312,13 +312,19 @@ fn workspace_api_key_is_an_api_key_in_the_x_api_key_header_required_by_both_oper
 }
 
 #[test]
-fn operations_are_list_contacts_and_get_contact() {
+fn operations_are_the_contacts_and_items_operations() {
     let document = document();
 
     assert_eq!(list_contacts(&document)["operationId"], "listContacts");
     assert_eq!(get_contact(&document)["operationId"], "getContact");
+    assert_eq!(document["paths"]["/v1/items"]["get"]["operationId"], "listItems");
+    assert_eq!(document["paths"]["/v1/items/{id}"]["get"]["operationId"], "getItem");
     let paths: BTreeSet<&str> = document["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
-    assert_eq!(paths, BTreeSet::from(["/v1/contacts", "/v1/contacts/{id}"]));
+    assert_eq!(paths, BTreeSet::from(["/v1/contacts", "/v1/contacts/{id}", "/v1/items", "/v1/items/{id}"]));
+    for path in ["/v1/items", "/v1/items/{id}"] {
+        let operation = &document["paths"][path]["get"];
+        assert_eq!(operation["security"], json!([{ "WorkspaceApiKey": [] }]), "{path}");
+    }
 }
 
 #[test]

@@ -1,0 +1,107 @@
+//! `listItems` and `getItem`: products and services (decisions.md, "Items").
+
+use std::sync::Arc;
+
+use lectern_schema::Item;
+use poem::web::Data;
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+
+use super::auth::ItemsReader;
+use super::collection::{list_page, GetError, ListError, ListParams, ListQuery, NoQuery};
+use super::request_id::RequestId;
+use super::strict_query::StrictQuery;
+use super::{AppState, RecordId};
+use crate::db::items::{self, ItemKind, Items};
+use crate::error::ApiError;
+use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
+
+/// A page of items.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ItemList {
+    pub data: Vec<Item>,
+    pub page: PageInfo,
+    pub request_id: RequestId,
+}
+
+/// One item.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ItemEnvelope {
+    pub data: Item,
+    pub request_id: RequestId,
+}
+
+/// listItems' query parameters.
+pub type ListItemsQuery = ListQuery<ItemKind>;
+
+#[derive(Debug, poem_openapi::Tags)]
+enum Tags {
+    /// Products and services.
+    Items,
+}
+
+/// The items area.
+#[derive(Debug)]
+pub struct ItemsApi;
+
+fn served(row: items::ItemRow) -> Result<Item, ApiError> {
+    Item::try_from(row).map_err(|error| ApiError::Internal(Box::new(error)))
+}
+
+#[OpenApi(prefix_path = "/v1", tag = "Tags::Items")]
+impl ItemsApi {
+    /// List active items
+    ///
+    /// Active products and services of the key's workspace, in pages. Ordered ascending
+    /// by `createdAt` (default) or `name`, ties broken by `id`. Pass `page.nextCursor` as
+    /// `cursor` to get the next page, with the same `search`, `type` and `sort`.
+    #[allow(clippy::too_many_arguments)]
+    #[oai(path = "/items", method = "get", operation_id = "listItems")]
+    async fn list_items(
+        &self,
+        state: Data<&Arc<AppState>>,
+        key: ItemsReader,
+        _strict: StrictQuery<ListItemsQuery>,
+        /// Case-insensitive substring of name, sku or description; `%`, `_` and `\`
+        /// match themselves. Empty means no filter.
+        search: Query<Option<SearchText>>,
+        /// The `page.nextCursor` of the previous page, unchanged.
+        cursor: Query<Option<CursorToken>>,
+        /// Page size.
+        #[oai(default)]
+        limit: Query<Limit>,
+        /// `product` or `service`; `all` lists both.
+        #[oai(name = "type", default)]
+        kind: Query<ItemKind>,
+        /// Sort order, always ascending with ties broken by id.
+        #[oai(default)]
+        sort: Query<SortKey>,
+    ) -> Result<Json<ItemList>, ListError> {
+        let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
+        let (rows, page) = list_page::<Items>(&state, &key.0, params).await?;
+        let data = rows.into_iter().map(served).collect::<Result<Vec<Item>, ApiError>>()?;
+        Ok(Json(ItemList { data, page, request_id: RequestId::current() }))
+    }
+
+    /// Retrieve an active item
+    ///
+    /// An id that is unknown, inactive or in another workspace is the same 404.
+    #[oai(path = "/items/:id", method = "get", operation_id = "getItem")]
+    async fn get_item(
+        &self,
+        state: Data<&Arc<AppState>>,
+        key: ItemsReader,
+        _strict: StrictQuery<NoQuery>,
+        /// The item's id.
+        #[oai(name = "id")]
+        id: Path<RecordId>,
+    ) -> Result<Json<ItemEnvelope>, GetError> {
+        let id = id.0.parse()?;
+        let row = items::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
+        let row = row.ok_or_else(|| ApiError::NotFound("No active item with this id in this workspace.".to_owned()))?;
+        Ok(Json(ItemEnvelope { data: served(row)?, request_id: RequestId::current() }))
+    }
+}
