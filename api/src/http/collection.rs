@@ -94,10 +94,11 @@ where
     ];
 }
 
-/// Retrieve operations take no query parameters.
+/// Retrieve operations: a record id at the end of the path, no query parameters.
 #[derive(Debug)]
 pub struct NoQuery;
 
 impl QueryContract for NoQuery {
     const PARAMETERS: &'static [Parameter] = &[];
+    const PATH_ENDS_IN_ID: bool = true;
 }

@@ -17,6 +17,9 @@ use crate::error::ApiError;
 /// A test checks these against the OpenAPI document, so the two cannot drift apart.
 pub trait QueryContract: Send + Sync + 'static {
     const PARAMETERS: &'static [Parameter];
+    /// Whether the path ends in a record id, checked here too so that a bad id and a
+    /// bad query parameter are reported together.
+    const PATH_ENDS_IN_ID: bool = false;
 }
 
 /// Validates one parameter's value, saying what is wrong with it.
@@ -35,7 +38,13 @@ pub struct StrictQuery<C>(PhantomData<C>);
 
 impl<'a, C: QueryContract> FromRequest<'a> for StrictQuery<C> {
     async fn from_request(request: &'a Request, _body: &mut RequestBody) -> poem::Result<Self> {
-        let problems = problems(request, C::PARAMETERS);
+        let mut problems = problems(request, C::PARAMETERS);
+        if C::PATH_ENDS_IN_ID {
+            let id = request.uri().path().rsplit('/').next().unwrap_or_default();
+            if decode(id).and_then(|id| uuid::Uuid::try_parse(&id).ok()).is_none() {
+                problems.insert(0, "id: must be a UUID".to_owned());
+            }
+        }
         match problems.len() {
             0 => Ok(Self(PhantomData)),
             1 => {

@@ -18,3 +18,5 @@ mod plans;
 mod retrieve;
 mod roundtrips;
 mod search;
+mod items;
+mod resources;
