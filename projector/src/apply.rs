@@ -122,9 +122,12 @@ fn status(change: ChangeKind) -> &'static str {
     }
 }
 
-/// An archived record keeps its last state (nothing is shown, but nothing is
-/// forgotten); a deleted one keeps only its tombstone.
-const KEEP_ON_ARCHIVE: &str = "case excluded.status when 'archived' then";
+/// Every column takes the winning event's value. Archived and deleted events carry no
+/// data, so their tombstones hold none: the row is then a function of the highest
+/// version alone, whatever order the events arrived in.
+fn take_excluded(column: &str) -> String {
+    format!("{column} = excluded.{column}")
+}
 
 async fn upsert_contacts(connection: &mut PgConnection, events: &[&ChangeEvent]) -> Result<(), sqlx::Error> {
     let mut columns = ContactColumns::default();
@@ -146,7 +149,6 @@ async fn upsert_contacts(connection: &mut PgConnection, events: &[&ChangeEvent])
         columns.is_supplier.push(data.map(|d| d.is_supplier));
         columns.created_at.push(data.map(|d| d.created_at.as_datetime()));
     }
-    let keep = |column: &str| format!("{column} = {KEEP_ON_ARCHIVE} c.{column} else excluded.{column} end");
     let sql = format!(
         "insert into contacts as c (workspace_id, id, version, status, name, email, phone, address, tin,
                                     is_customer, is_supplier, created_at)
@@ -155,7 +157,9 @@ async fn upsert_contacts(connection: &mut PgConnection, events: &[&ChangeEvent])
          on conflict (workspace_id, id) do update set
              version = excluded.version, status = excluded.status, {}
          where c.version < excluded.version",
-        ["name", "email", "phone", "address", "tin", "is_customer", "is_supplier", "created_at"].map(keep).join(", ")
+        ["name", "email", "phone", "address", "tin", "is_customer", "is_supplier", "created_at"]
+            .map(take_excluded)
+            .join(", ")
     );
     sqlx::query(&sql)
         .bind(&columns.workspace_id)
@@ -215,7 +219,6 @@ async fn upsert_items(connection: &mut PgConnection, events: &[&ChangeEvent]) ->
         columns.purchase_currency.push(purchase.map(|m| m.currency.as_str().to_owned()));
         columns.created_at.push(data.map(|d| d.created_at.as_datetime()));
     }
-    let keep = |column: &str| format!("{column} = {KEEP_ON_ARCHIVE} c.{column} else excluded.{column} end");
     let sql = format!(
         "insert into items as c (workspace_id, id, version, status, name, sku, description, type, unit,
                                  sale_price_amount, sale_price_currency, purchase_price_amount,
@@ -241,7 +244,7 @@ async fn upsert_items(connection: &mut PgConnection, events: &[&ChangeEvent]) ->
             "purchase_price_currency",
             "created_at",
         ]
-        .map(keep)
+        .map(take_excluded)
         .join(", ")
     );
     sqlx::query(&sql)

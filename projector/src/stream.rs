@@ -27,6 +27,15 @@ pub async fn connect(url: &str) -> Result<async_nats::Client, ProjectorError> {
 
 /// Creates the stream if it is missing (an existing one is left as its operators set it).
 pub async fn ensure_stream(jetstream: &jetstream::Context) -> Result<stream::Stream, ProjectorError> {
+    match create_stream(jetstream).await {
+        Ok(stream) => Ok(stream),
+        // Two processes starting together both see no stream and both create it; the
+        // loser's create fails, and the stream it wanted now exists.
+        Err(error) => jetstream.get_stream(STREAM).await.map_err(|_| ProjectorError::nats(error)),
+    }
+}
+
+async fn create_stream(jetstream: &jetstream::Context) -> Result<stream::Stream, ProjectorError> {
     jetstream
         .get_or_create_stream(stream::Config {
             name: STREAM.to_owned(),

@@ -256,14 +256,26 @@ impl ChangeEvent {
     }
 
     /// Decodes a message and checks it arrived on its own subject, so an event can
-    /// never write into a workspace other than the one its subject names.
+    /// never write into a workspace other than the one its subject names. Ids compare
+    /// as UUIDs, so upper- and lower-case spellings are the same id.
     pub fn decode_from(subject: &str, bytes: &[u8]) -> Result<Self, EventError> {
         let event = Self::decode(bytes)?;
-        let expected = event.expected_subject();
-        if subject != expected {
-            return Err(EventError::SubjectMismatch { subject: subject.chars().take(200).collect(), expected });
+        if !event.arrived_on(subject) {
+            return Err(EventError::SubjectMismatch {
+                subject: subject.chars().take(200).collect(),
+                expected: event.expected_subject(),
+            });
         }
         Ok(event)
+    }
+
+    fn arrived_on(&self, subject: &str) -> bool {
+        let parts: Vec<&str> = subject.split('.').collect();
+        let same_id = |text: &str, id: Uuid| Uuid::try_parse(text).is_ok_and(|parsed| parsed == id) && text.len() == 36;
+        matches!(parts.as_slice(), ["changes", workspace, segment, entity]
+            if same_id(workspace, self.workspace_id)
+                && *segment == self.event_type.entity.subject_segment()
+                && same_id(entity, self.entity_id))
     }
 }
 
