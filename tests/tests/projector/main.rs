@@ -7,4 +7,7 @@
     reason = "in tests, a failed expectation is the test failing, with its message"
 )]
 
+mod apply_rules;
+mod convergence;
+mod dead_letters;
 mod end_to_end;
