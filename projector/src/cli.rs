@@ -1,6 +1,6 @@
 //! The `lectern-projector` command line.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -10,7 +10,6 @@ use lectern_schema::events::ChangeEvent;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 use crate::consumer::{self, RunSettings};
 use crate::dead_letters;
@@ -135,13 +134,7 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,async_nats=warn"));
-    let json = std::env::var("LECTERN_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    lectern_schema::ops::init_logging("info,async_nats=warn");
 }
 
 async fn run(command: Command) -> Result<(), ProjectorError> {

@@ -35,19 +35,4 @@ impl ProjectorError {
     }
 }
 
-/// Errors that mean "PostgreSQL cannot do this now" rather than "never".
-pub fn is_transient_database_error(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
-        sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            // 08: connection; 53: resources; 57P: shutdown; 57014: timeout; 40: serialization/deadlock.
-            code.starts_with("08")
-                || code.starts_with("53")
-                || code.starts_with("57P")
-                || code == "57014"
-                || code.starts_with("40")
-        }),
-        _ => false,
-    }
-}
+pub use lectern_schema::ops::is_transient_database_error;

@@ -11,11 +11,14 @@
 //! - [`events`]: change events, as upstream systems publish them.
 //! - [`item`]: the Item record.
 //! - [`money`]: exact decimal amounts with their currency.
+//! - `ops` (feature `ops`): logging and database-error conventions of both binaries.
 
 pub mod contact;
 pub mod events;
 pub mod item;
 pub mod money;
+#[cfg(feature = "ops")]
+pub mod ops;
 pub mod timestamp;
 
 pub use contact::Contact;

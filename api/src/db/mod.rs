@@ -52,22 +52,7 @@ pub async fn create_and_migrate(url: &str) -> Result<(), sqlx::Error> {
 
 /// Errors that mean "the database cannot serve now" (503) rather than a bug (500).
 pub fn is_unavailable(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
-        sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            // 08: connection exceptions; 53: insufficient resources (too many
-            // connections); 57P01-03: shutdown / cannot connect now; 57014: statement
-            // timeout; 40001/40P01 are transient too.
-            code.starts_with("08")
-                || code.starts_with("53")
-                || code.starts_with("57P")
-                || code == "57014"
-                || code == "40001"
-                || code == "40P01"
-        }),
-        _ => false,
-    }
+    lectern_schema::ops::is_transient_database_error(error)
 }
 
 /// `url` with any password replaced, for messages and logs.
