@@ -29,7 +29,11 @@ pub fn is_transient_database_error(error: &sqlx::Error) -> bool {
             // 08: connection exceptions; 53: insufficient resources (too many
             // connections); 57P: shutdown / cannot connect now; 57014: statement
             // timeout; 40: serialization failure or deadlock.
-            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P") || code == "57014" || code.starts_with("40")
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code == "57014"
+                || code.starts_with("40")
         }),
         _ => false,
     }
