@@ -10,13 +10,13 @@
 mod auth;
 mod cli;
 mod contract;
+mod items;
 mod listing;
 mod openapi;
 mod outage;
 mod params;
 mod plans;
+mod resources;
 mod retrieve;
 mod roundtrips;
 mod search;
-mod items;
-mod resources;
