@@ -35,6 +35,10 @@ pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Err
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
+        // sqlx pings every connection before handing it out by default: a second round
+        // trip per request. A connection that died is noticed by its query instead (that
+        // request gets a 503 and the pool drops the connection).
+        .test_before_acquire(false)
         .connect_lazy_with(options))
 }
 
