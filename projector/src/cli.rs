@@ -265,13 +265,21 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
             events.push(std::fs::read_to_string(file)?);
         }
     }
+    // All or nothing: every event is checked before the first is published.
+    let events = events
+        .into_iter()
+        .enumerate()
+        .map(|(index, text)| {
+            ChangeEvent::decode(text.as_bytes()).map(|event| (event, text)).map_err(|error| {
+                ProjectorError::Usage(format!("event {} is not valid, nothing published: {error}", index + 1))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
     let jetstream = jetstream::new(client);
     ensure_stream(&jetstream).await?;
     let mut published = 0;
-    for text in events {
-        let event = ChangeEvent::decode(text.as_bytes())
-            .map_err(|error| ProjectorError::Usage(format!("event {} is not valid: {error}", published + 1)))?;
+    for (event, text) in events {
         let mut headers = async_nats::HeaderMap::new();
         // JetStream stores one copy of a re-published event within its duplicate window.
         headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());

@@ -39,10 +39,13 @@ pub async fn run(
     settings: RunSettings,
     shutdown: CancellationToken,
 ) -> Result<(), ProjectorError> {
-    let jetstream = jetstream::new(client);
+    let jetstream = jetstream::new(client.clone());
     let mut backoff = Backoff::default();
     let consumer = loop {
-        let attempt = async { ensure_consumer(&ensure_stream(&jetstream).await?).await }.await;
+        let attempt = tokio::select! {
+            attempt = async { ensure_consumer(&ensure_stream(&jetstream).await?).await } => attempt,
+            () = shutdown.cancelled() => return Ok(()),
+        };
         match attempt {
             Ok(consumer) => break consumer,
             Err(error) => {
@@ -55,8 +58,9 @@ pub async fn run(
     };
     tracing::info!("projector consuming");
     backoff = Backoff::default();
+    let mut catching_up = true;
     while !shutdown.is_cancelled() {
-        let batch = match pull(&consumer, &settings, &shutdown).await {
+        let batch = match pull(&consumer, &settings, catching_up, &shutdown).await {
             Ok(batch) => batch,
             Err(error) => {
                 tracing::warn!(%error, "pulling from JetStream failed; retrying");
@@ -67,28 +71,36 @@ pub async fn run(
             }
         };
         backoff = Backoff::default();
+        catching_up = !batch.is_empty();
         if batch.is_empty() {
             continue;
         }
         apply_until_committed(&pool, batch, &shutdown).await;
     }
+    // Acks are buffered by the client; without this the last batch's acks could be
+    // lost at exit and its messages redelivered after the ack wait.
+    if let Err(error) = client.flush().await {
+        tracing::warn!(%error, "could not flush the last acknowledgements; those messages will be redelivered and ignored");
+    }
     tracing::info!("projector stopped");
     Ok(())
 }
 
-/// One pull: up to `batch_size` messages, or what arrived within `pull_wait`.
+/// One pull of up to `batch_size` messages. While a backlog drains, a no-wait fetch
+/// returns at once with what is there; when idle, the pull waits up to `pull_wait` for
+/// new messages.
 async fn pull(
     consumer: &jetstream::consumer::PullConsumer,
     settings: &RunSettings,
+    catching_up: bool,
     shutdown: &CancellationToken,
 ) -> Result<Vec<jetstream::Message>, ProjectorError> {
-    let mut messages = consumer
-        .batch()
-        .max_messages(settings.batch_size)
-        .expires(settings.pull_wait)
-        .messages()
-        .await
-        .map_err(ProjectorError::nats)?;
+    let mut messages = if catching_up {
+        consumer.fetch().max_messages(settings.batch_size).messages().await
+    } else {
+        consumer.batch().max_messages(settings.batch_size).expires(settings.pull_wait).messages().await
+    }
+    .map_err(ProjectorError::nats)?;
     let mut batch = Vec::with_capacity(settings.batch_size);
     loop {
         let next = tokio::select! {
