@@ -8,6 +8,8 @@
 )]
 
 mod apply_rules;
+mod commands;
 mod convergence;
 mod dead_letters;
 mod end_to_end;
+mod process;

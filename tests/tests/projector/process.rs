@@ -1,0 +1,596 @@
+//! `lectern-projector run` as a real process under failure: killed with SIGKILL in the
+//! middle of a large publish, stopped with SIGTERM with a batch in hand, and cut off from
+//! NATS or from PostgreSQL. Each test has its own nats-server and database.
+//!
+//! The process helpers here are shared with `commands.rs`.
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use lectern_tests::binaries::lectern_projector;
+use lectern_tests::database::admin_url;
+use lectern_tests::nats::TestNats;
+use lectern_tests::projector::{contact_event, eventually};
+use lectern_tests::TestDatabase;
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection, PgPool};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use uuid::Uuid;
+
+/// How long any one process may take to finish before the test fails instead of hanging.
+pub(crate) const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the read model may take to catch up with what was published.
+const CATCH_UP: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------
+
+/// `lectern-projector` with only the settings a test gives it, so the runner's own
+/// environment (NATS_URL, DATABASE_URL, RUST_LOG, LECTERN_*) cannot leak in.
+pub(crate) fn projector_command(nats_url: &str, database_url: &str) -> Command {
+    let mut command = Command::new(lectern_projector());
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("NATS_URL", nats_url)
+        .env("DATABASE_URL", database_url)
+        .env("NO_COLOR", "1")
+        .kill_on_drop(true);
+    command
+}
+
+/// A running `lectern-projector run`, its stderr collected; SIGKILLed if dropped.
+pub(crate) struct Projector {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Projector {
+    pub(crate) fn run(nats_url: &str, database_url: &str) -> Self {
+        Self::run_with(nats_url, database_url, &[])
+    }
+
+    pub(crate) fn run_with(nats_url: &str, database_url: &str, env: &[(&str, &str)]) -> Self {
+        let mut command = projector_command(nats_url, database_url);
+        command.arg("run").envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start lectern-projector run");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = Arc::clone(&log);
+        // Drained continuously, so a chatty outage can never block the process on a full pipe.
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut log = sink.lock().expect("projector log");
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Self { child, log }
+    }
+
+    /// What the process has written to stderr so far.
+    pub(crate) fn log(&self) -> String {
+        self.log.lock().expect("projector log").clone()
+    }
+
+    /// Fails the test, with the process's log, if it has exited.
+    pub(crate) fn assert_running(&mut self, when: &str) {
+        if let Some(status) = self.child.try_wait().expect("poll the projector process") {
+            panic!("the projector exited ({status}) {when}; its log:\n{}", self.log());
+        }
+    }
+
+    /// Sends `signal` (e.g. "TERM") with kill(1), as an operator or a supervisor would.
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("the projector has not been reaped yet");
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{signal} {pid} failed");
+    }
+
+    /// Waits (at most [`PROCESS_TIMEOUT`]) for the process to end.
+    pub(crate) async fn exit(&mut self) -> ExitStatus {
+        match tokio::time::timeout(PROCESS_TIMEOUT, self.child.wait()).await {
+            Ok(status) => status.expect("wait for the projector"),
+            Err(_) => panic!("the projector did not exit within {PROCESS_TIMEOUT:?}; its log:\n{}", self.log()),
+        }
+    }
+
+    /// SIGTERM, then a clean exit 0 within [`PROCESS_TIMEOUT`].
+    pub(crate) async fn stop(mut self) {
+        self.signal("TERM");
+        let status = self.exit().await;
+        assert_eq!(status.code(), Some(0), "SIGTERM did not end in exit 0 ({status}); log:\n{}", self.log());
+    }
+
+    /// SIGKILL: no chance to finish, commit or acknowledge anything.
+    async fn kill(mut self) {
+        self.child.start_kill().expect("SIGKILL the projector");
+        let status = self.exit().await;
+        assert_eq!(status.code(), None, "the projector was not killed by the signal: {status}");
+    }
+}
+
+/// What a finished one-shot command left behind.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Run {
+    pub(crate) fn assert_success(&self) {
+        assert_eq!(self.code, Some(0), "expected exit 0: {self:#?}");
+        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
+    }
+
+    /// The stderr lines that report an error (the others are logs).
+    pub(crate) fn error_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|line| line.starts_with("error")).collect()
+    }
+}
+
+/// Runs `lectern-projector <args>` to completion, with `env` added and `stdin` fed in.
+pub(crate) async fn run_command(
+    nats_url: &str,
+    database_url: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&str>,
+) -> Run {
+    let mut command = projector_command(nats_url, database_url);
+    command
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start lectern-projector");
+    if let Some(text) = stdin {
+        let mut input = child.stdin.take().expect("piped stdin");
+        input.write_all(text.as_bytes()).await.expect("write the command's stdin");
+        // Dropping it closes stdin: the command reads to the end.
+    }
+    let output = tokio::time::timeout(PROCESS_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("lectern-projector {args:?} did not finish within {PROCESS_TIMEOUT:?}"))
+        .expect("wait for lectern-projector");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// `lectern-projector status --output json`, which must succeed with one JSON object.
+pub(crate) async fn status(nats_url: &str, database_url: &str) -> Value {
+    let run = run_command(nats_url, database_url, &["status", "--output", "json"], &[], None).await;
+    run.assert_success();
+    let status: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|error| panic!("status is not one JSON document ({error}): {}", run.stdout));
+    assert!(status.is_object(), "status is not a JSON object: {status}");
+    status
+}
+
+/// One numeric field of a status document.
+pub(crate) fn number(status: &Value, field: &str) -> u64 {
+    status[field].as_u64().unwrap_or_else(|| panic!("status has no number {field:?}: {status}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Events and the read model
+// ---------------------------------------------------------------------------------------
+
+/// The subject an event's envelope names.
+pub(crate) fn subject_of(event: &Value) -> String {
+    format!(
+        "changes.{}.contacts.{}",
+        event["workspaceId"].as_str().expect("workspaceId"),
+        event["entityId"].as_str().expect("entityId")
+    )
+}
+
+/// Publishes `events` in order, a window of them in flight at a time, and returns the
+/// stream sequence JetStream gave each.
+pub(crate) async fn publish_all(jetstream: &jetstream::Context, events: &[Value]) -> Vec<u64> {
+    let mut sequences = Vec::with_capacity(events.len());
+    for window in events.chunks(250) {
+        let mut acks = Vec::with_capacity(window.len());
+        for event in window {
+            let ack = jetstream.publish(subject_of(event), event.to_string().into()).await.expect("publish an event");
+            acks.push(ack);
+        }
+        for ack in acks {
+            sequences.push(ack.await.expect("JetStream stores the event").sequence);
+        }
+    }
+    sequences
+}
+
+/// A JetStream context on the test's own nats-server, with the stream in place.
+pub(crate) async fn changes(nats: &TestNats) -> jetstream::Context {
+    let jetstream = jetstream::new(nats.client().await);
+    lectern_projector::stream::ensure_stream(&jetstream).await.expect("the CHANGES stream");
+    jetstream
+}
+
+/// The shared durable consumer as JetStream sees it.
+async fn consumer_info(nats: &TestNats) -> jetstream::consumer::Info {
+    jetstream::new(nats.client().await)
+        .get_stream("CHANGES")
+        .await
+        .expect("the CHANGES stream")
+        .consumer_info(lectern_projector::stream::CONSUMER)
+        .await
+        .expect("the projector's consumer")
+}
+
+/// Contacts of one workspace whose every version `v` is named "v{v}", so a row's name
+/// tells which event wrote it.
+struct Fleet {
+    workspace: Uuid,
+    ids: Vec<Uuid>,
+}
+
+impl Fleet {
+    fn new(contacts: usize) -> Self {
+        Self { workspace: Uuid::new_v4(), ids: (0..contacts).map(|_| Uuid::new_v4()).collect() }
+    }
+
+    /// `versions` of every contact, version by version: each contact's versions in
+    /// increasing order, interleaved with every other contact's.
+    fn events(&self, versions: RangeInclusive<i64>) -> Vec<Value> {
+        versions
+            .flat_map(|version| {
+                self.ids.iter().map(move |&id| {
+                    let kind = if version == 1 { "created" } else { "updated" };
+                    contact_event(kind, self.workspace, id, version, &format!("v{version}"))
+                })
+            })
+            .collect()
+    }
+
+    /// Contacts whose row holds `version`, written by that very event.
+    async fn at_version(&self, pool: &PgPool, version: i64) -> usize {
+        let count: i64 = sqlx::query_scalar(
+            "select count(*) from contacts
+             where workspace_id = $1 and status = 'active' and version = $2 and name = 'v' || $2::text",
+        )
+        .bind(self.workspace)
+        .bind(version)
+        .fetch_one(pool)
+        .await
+        .expect("count contacts at a version");
+        usize::try_from(count).expect("a count")
+    }
+
+    /// Waits until every contact is at `version`.
+    async fn assert_all_reach(&self, pool: &PgPool, version: i64, projector: &Projector) {
+        let reached = eventually(CATCH_UP, || async { self.at_version(pool, version).await == self.ids.len() }).await;
+        assert!(
+            reached,
+            "only {} of {} contacts reached version {version}; projector log:\n{}",
+            self.at_version(pool, version).await,
+            self.ids.len(),
+            projector.log()
+        );
+    }
+
+    /// Each contact's stored version.
+    async fn versions(&self, pool: &PgPool) -> HashMap<Uuid, i64> {
+        sqlx::query_as::<_, (Uuid, i64)>("select id, version from contacts where workspace_id = $1")
+            .bind(self.workspace)
+            .fetch_all(pool)
+            .await
+            .expect("read contact versions")
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Applied versions so far, summed over every contact (0 before the first commit).
+async fn applied_versions(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select coalesce(sum(version), 0)::int8 from contacts")
+        .fetch_one(pool)
+        .await
+        .expect("sum contact versions")
+}
+
+/// Rows whose name is not the one their version's event carries: a half-applied event.
+async fn half_applied_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from contacts where name is distinct from 'v' || version::text")
+        .fetch_one(pool)
+        .await
+        .expect("count half-applied rows")
+}
+
+/// Sessions on `database` waiting for a lock: a write blocked mid-transaction.
+async fn sessions_waiting_on_a_lock(pool: &PgPool, database: &str) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid
+         where not l.granted and a.datname = $1",
+    )
+    .bind(database)
+    .fetch_one(pool)
+    .await
+    .expect("count sessions waiting on a lock")
+}
+
+async fn dead_letter_count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await.expect("count dead letters")
+}
+
+/// Acknowledged means committed: every event at or below `ack_floor` must have its
+/// effect (its version or a later one) in `stored`.
+fn assert_acknowledged_events_are_committed(
+    events: &[Value],
+    sequences: &[u64],
+    ack_floor: u64,
+    stored: &HashMap<Uuid, i64>,
+) {
+    for (event, &sequence) in events.iter().zip(sequences).filter(|(_, &sequence)| sequence <= ack_floor) {
+        let id: Uuid = event["entityId"].as_str().and_then(|id| id.parse().ok()).expect("entityId");
+        let version = event["version"].as_i64().expect("version");
+        let held = stored.get(&id).copied().unwrap_or(0);
+        assert!(
+            held >= version,
+            "stream sequence {sequence} (contact {id} version {version}) was acknowledged (ack floor {ack_floor}) \
+             but its row holds version {held}: acknowledged before committed"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// PostgreSQL outages, made on the test's own database only
+// ---------------------------------------------------------------------------------------
+
+async fn admin() -> PgConnection {
+    PgConnection::connect(&admin_url()).await.expect("connect to the admin database")
+}
+
+/// Ends every session on `database` but the caller's; returns how many it ended.
+async fn terminate_sessions(admin: &mut PgConnection, database: &str) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from (select pg_terminate_backend(pid) as ended from pg_stat_activity
+                               where datname = $1 and pid <> pg_backend_pid()) terminated
+         where ended",
+    )
+    .bind(database)
+    .fetch_one(admin)
+    .await
+    .expect("terminate the database's sessions")
+}
+
+/// Makes `database` refuse every new connection (`false`) or accept them again (`true`).
+async fn allow_connections(admin: &mut PgConnection, database: &str, allow: bool) {
+    admin
+        .execute(format!(r#"alter database "{database}" allow_connections {allow}"#).as_str())
+        .await
+        .expect("alter the database's allow_connections");
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn kill_9_in_the_middle_of_a_large_publish_then_a_restart_ends_with_every_record_at_its_last_version() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let fleet = Fleet::new(200);
+    let events = fleet.events(1..=100);
+    let total = events.len();
+    let jetstream = changes(&nats).await;
+    let first = Projector::run(&nats.url, &db.url);
+    let (killed, after_kill) = tokio::sync::oneshot::channel::<()>();
+    let publisher = tokio::spawn({
+        let events = events.clone();
+        async move {
+            // The second half is published only after the kill, so the kill always lands mid-publish.
+            let (before, after) = events.split_at(events.len() / 2);
+            let mut sequences = publish_all(&jetstream, before).await;
+            after_kill.await.expect("the test signals the kill");
+            sequences.extend(publish_all(&jetstream, after).await);
+            sequences
+        }
+    });
+
+    let consuming = eventually(CATCH_UP, || async { applied_versions(&db.pool).await > 0 }).await;
+    assert!(consuming, "the first projector applied nothing; its log:\n{}", first.log());
+    first.kill().await;
+    let ack_floor_at_kill = consumer_info(&nats).await.ack_floor.stream_sequence;
+    let stored_at_kill = fleet.versions(&db.pool).await;
+    killed.send(()).expect("the publisher waits for the kill");
+    let mut second = Projector::run(&nats.url, &db.url);
+    let sequences = tokio::time::timeout(CATCH_UP, publisher)
+        .await
+        .expect("the publish finishes within a minute")
+        .expect("the publisher task");
+
+    assert_eq!(sequences, (1..=u64::try_from(total).expect("total")).collect::<Vec<_>>(), "one sequence per event");
+    assert_acknowledged_events_are_committed(&events, &sequences, ack_floor_at_kill, &stored_at_kill);
+    fleet.assert_all_reach(&db.pool, 100, &second).await;
+    assert_eq!(half_applied_rows(&db.pool).await, 0);
+    assert_eq!(dead_letter_count(&db.pool).await, 0, "no event was dead-lettered");
+    let status = status(&nats.url, &db.url).await;
+    assert_eq!(number(&status, "lastSequence"), u64::try_from(total).expect("total"), "{status}");
+    assert_eq!(number(&status, "pending"), 0, "{status}");
+    assert_eq!(number(&status, "deadLetters"), 0, "{status}");
+    second.assert_running("after catching up");
+    second.stop().await;
+}
+
+/// Starts a projector whose first batch waits on a lock on `contacts`, sends it SIGTERM
+/// once that batch is in hand, then releases the lock; returns the exit and the log.
+async fn stop_with_a_batch_in_hand(nats: &TestNats, db: &TestDatabase) -> (ExitStatus, String) {
+    let mut lock = db.pool.begin().await.expect("begin the lock transaction");
+    lock.execute("lock table contacts in access exclusive mode").await.expect("lock contacts");
+    let mut projector = Projector::run_with(&nats.url, &db.url, &[("LECTERN_PROJECTOR_BATCH_SIZE", "1000")]);
+    let in_hand = eventually(CATCH_UP, || async { sessions_waiting_on_a_lock(&db.pool, &db.name).await > 0 }).await;
+    assert!(in_hand, "the projector never started writing a batch; its log:\n{}", projector.log());
+    projector.signal("TERM");
+    let noticed = eventually(PROCESS_TIMEOUT, || async { projector.log().contains("shutting down") }).await;
+    assert!(noticed, "the projector did not notice SIGTERM; its log:\n{}", projector.log());
+    lock.rollback().await.expect("release the lock");
+    let exit = projector.exit().await;
+    (exit, projector.log())
+}
+
+#[tokio::test]
+async fn sigterm_finishes_the_batch_in_hand_commits_acknowledges_and_exits_0() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let fleet = Fleet::new(100);
+    let events = fleet.events(1..=31);
+    let total = u64::try_from(events.len()).expect("total");
+    let sequences = publish_all(&changes(&nats).await, &events).await;
+
+    // Three stops (each one a chance for the race to show), each with the batch it pulled
+    // in hand: at most 1,000 events, so some are left for the last projector.
+    let mut before = 0;
+    for stop in 1..=3 {
+        let (exit, log) = stop_with_a_batch_in_hand(&nats, &db).await;
+
+        assert_eq!(exit.code(), Some(0), "stop {stop}: SIGTERM did not end in exit 0 ({exit}); log:\n{log}");
+        let consumer = consumer_info(&nats).await;
+        let delivered = consumer.delivered.stream_sequence;
+        assert!(delivered > before, "stop {stop}: no batch was in hand: {consumer:#?}");
+        assert_eq!(half_applied_rows(&db.pool).await, 0, "a row holds a name its version never carried");
+        // The batch in hand was committed: every delivered event has its effect.
+        assert_acknowledged_events_are_committed(&events, &sequences, delivered, &fleet.versions(&db.pool).await);
+        // Acknowledgements the server has not read yet get a moment; lost ones never come.
+        let acknowledged = eventually(Duration::from_secs(5), || async {
+            let consumer = consumer_info(&nats).await;
+            consumer.ack_floor.stream_sequence == delivered && consumer.num_ack_pending == 0
+        })
+        .await;
+        let consumer = consumer_info(&nats).await;
+        assert!(
+            acknowledged,
+            "stop {stop}: the committed batch in hand (stream sequences {}..={delivered}) was not all \
+             acknowledged before exit: ack floor {}, {} unacknowledged; log:\n{log}",
+            before + 1,
+            consumer.ack_floor.stream_sequence,
+            consumer.num_ack_pending
+        );
+        before = delivered;
+    }
+
+    let last = Projector::run(&nats.url, &db.url);
+    fleet.assert_all_reach(&db.pool, 31, &last).await;
+    let status = status(&nats.url, &db.url).await;
+    assert_eq!((number(&status, "lastSequence"), number(&status, "pending")), (total, 0), "{status}");
+    last.stop().await;
+}
+
+#[tokio::test]
+async fn after_a_nats_outage_the_projector_reconnects_by_itself_and_applies_what_follows() {
+    let mut nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let fleet = Fleet::new(10);
+    let mut projector = Projector::run(&nats.url, &db.url);
+    publish_all(&changes(&nats).await, &fleet.events(1..=1)).await;
+    fleet.assert_all_reach(&db.pool, 1, &projector).await;
+
+    nats.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    projector.assert_running("while NATS was down");
+    nats.restart().await;
+    publish_all(&changes(&nats).await, &fleet.events(2..=3)).await;
+
+    fleet.assert_all_reach(&db.pool, 3, &projector).await;
+    projector.assert_running("after NATS came back");
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn postgres_connections_cut_again_and_again_lose_nothing_and_dead_letter_nothing() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let fleet = Fleet::new(100);
+    let mut projector = Projector::run(&nats.url, &db.url);
+    let jetstream = changes(&nats).await;
+    let mut admin = admin().await;
+
+    // For three seconds, every 50 ms, end the projector's sessions, while versions arrive.
+    let cutting = tokio::spawn({
+        let database = db.name.clone();
+        async move {
+            let until = Instant::now() + Duration::from_secs(3);
+            let mut ended = 0;
+            while Instant::now() < until {
+                ended += terminate_sessions(&mut admin, &database).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            ended
+        }
+    });
+    for version in 1..=20 {
+        publish_all(&jetstream, &fleet.events(version..=version)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ended = tokio::time::timeout(PROCESS_TIMEOUT, cutting).await.expect("the cuts end").expect("cutting task");
+    projector.assert_running("during the database outage");
+
+    assert!(ended > 0, "no session was ever cut: the test did not make an outage");
+    fleet.assert_all_reach(&db.pool, 20, &projector).await;
+    assert_eq!(half_applied_rows(&db.pool).await, 0);
+    assert_eq!(dead_letter_count(&db.pool).await, 0, "an outage is not a contract violation");
+    let acknowledged = eventually(CATCH_UP, || async {
+        let status = status(&nats.url, &db.url).await;
+        number(&status, "ackFloor") == 2_000 && number(&status, "pending") == 0
+    })
+    .await;
+    assert!(acknowledged, "status after the outage: {}", status(&nats.url, &db.url).await);
+    projector.assert_running("after the database outage");
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn events_are_not_acknowledged_while_the_database_refuses_connections_and_apply_once_it_is_back() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let fleet = Fleet::new(50);
+    let events = fleet.events(1..=2);
+    let total = u64::try_from(events.len()).expect("total");
+    let mut projector = Projector::run(&nats.url, &db.url);
+    let jetstream = changes(&nats).await;
+    let mut admin = admin().await;
+    allow_connections(&mut admin, &db.name, false).await;
+    terminate_sessions(&mut admin, &db.name).await;
+
+    publish_all(&jetstream, &events).await;
+    let tried = eventually(CATCH_UP, || async { projector.log().contains("applying a batch failed") }).await;
+    assert!(tried, "the projector never tried to apply the batch; its log:\n{}", projector.log());
+    let during = consumer_info(&nats).await;
+
+    assert_eq!(during.ack_floor.stream_sequence, 0, "acknowledged without a database: {during:#?}");
+    assert_eq!(
+        during.num_pending + u64::try_from(during.num_ack_pending).expect("count"),
+        total,
+        "every event is still pending or unacknowledged: {during:#?}"
+    );
+    projector.assert_running("while the database refused connections");
+
+    allow_connections(&mut admin, &db.name, true).await;
+    fleet.assert_all_reach(&db.pool, 2, &projector).await;
+    let acknowledged = eventually(CATCH_UP, || async {
+        let status = status(&nats.url, &db.url).await;
+        number(&status, "ackFloor") == total && number(&status, "pending") == 0
+    })
+    .await;
+    assert!(acknowledged, "status after the outage: {}", status(&nats.url, &db.url).await);
+    assert_eq!(dead_letter_count(&db.pool).await, 0);
+    projector.stop().await;
+}
