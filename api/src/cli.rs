@@ -110,7 +110,7 @@ fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
 /// Parses the command line (exit 2 on bad usage), runs the command, and prints any
 /// failure as one line (exit 1).
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = lectern_schema::ops::parse_args();
     crate::telemetry::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,

@@ -115,7 +115,7 @@ struct PublishArgs {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = lectern_schema::ops::parse_args();
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,

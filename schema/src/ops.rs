@@ -38,3 +38,55 @@ pub fn is_transient_database_error(error: &sqlx::Error) -> bool {
         _ => false,
     }
 }
+
+/// Parses the command line. Usage errors are one line on stderr, naming the flag and
+/// its environment variable, with exit code 2; help and version print as usual.
+pub fn parse_args<T: clap::Parser>() -> T {
+    use clap::error::{ContextKind, ErrorKind};
+
+    match T::try_parse() {
+        Ok(parsed) => parsed,
+        Err(error)
+            if matches!(
+                error.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            error.exit()
+        }
+        Err(error) => {
+            let rendered = error.render().to_string();
+            let mut line = rendered
+                .lines()
+                .map(str::trim)
+                .filter(|text| !text.is_empty() && !text.starts_with("For more information"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let flag = error.get(ContextKind::InvalidArg).map(|arg| arg.to_string());
+            if let Some(env) = flag.as_deref().and_then(environment_twin::<T>) {
+                line.push_str(&format!(" (environment variable {env})"));
+            }
+            eprintln!("{line}");
+            std::process::exit(error.exit_code())
+        }
+    }
+}
+
+/// The environment variable of the flag named in `invalid_arg` (e.g. `--listen <LISTEN>`).
+fn environment_twin<T: clap::CommandFactory>(invalid_arg: &str) -> Option<String> {
+    let long = invalid_arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let mut command = T::command();
+    command.build();
+    let mut pending = vec![command];
+    while let Some(command) = pending.pop() {
+        if let Some(arg) = command.get_arguments().find(|arg| arg.get_long() == Some(long)) {
+            if let Some(env) = arg.get_env() {
+                return Some(env.to_string_lossy().into_owned());
+            }
+        }
+        pending.extend(command.get_subcommands().cloned());
+    }
+    None
+}

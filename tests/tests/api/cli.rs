@@ -522,7 +522,7 @@ async fn a_lectern_listen_variable_that_is_not_an_address_is_refused_naming_the_
 
     run.assert_one_line_error(None, &["bogus"]);
     let line = run.error_lines()[0];
-    assert!(line.contains("--listen") || line.contains("LECTERN_LISTEN"), "setting not named: {line}");
+    assert!(line.contains("--listen") && line.contains("LECTERN_LISTEN"), "flag and variable not both named: {line}");
 }
 
 #[tokio::test]
@@ -534,7 +534,10 @@ async fn a_pool_size_of_zero_is_refused_naming_the_setting() {
 
     run.assert_one_line_error(None, &[]);
     let line = run.error_lines()[0];
-    assert!(line.contains("--db-pool-size") || line.contains("LECTERN_DB_POOL_SIZE"), "setting not named: {line}");
+    assert!(
+        line.contains("--db-pool-size") && line.contains("LECTERN_DB_POOL_SIZE"),
+        "flag and variable not both named: {line}"
+    );
 }
 
 // ---------------------------------------------------------------- serve
