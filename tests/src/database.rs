@@ -13,8 +13,9 @@ pub fn admin_url() -> String {
 }
 
 const PREFIX: &str = "lectern_test_";
-/// Databases older than this were left by crashed or killed runs.
-const STALE_AFTER_SECS: u64 = 3_600;
+/// Databases older than this were left by earlier runs (a test run takes a few
+/// minutes); each run sweeps them once, so they never pile up.
+const STALE_AFTER_SECS: u64 = 600;
 
 static SWEPT: OnceCell<()> = OnceCell::const_new();
 
@@ -54,7 +55,8 @@ async fn sweep_stale(admin: String) {
     for name in names {
         let created = name.trim_start_matches(PREFIX).split('_').next().and_then(|secs| secs.parse::<u64>().ok());
         if created.is_some_and(|created| now.saturating_sub(created) > STALE_AFTER_SECS) {
-            let _ = connection.execute(format!(r#"drop database if exists "{name}" with (force)"#).as_str()).await;
+            // Without FORCE: a database some other run is still connected to stays.
+            let _ = connection.execute(format!(r#"drop database if exists "{name}""#).as_str()).await;
         }
     }
 }
