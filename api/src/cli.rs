@@ -112,34 +112,7 @@ fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
 pub fn main() -> ExitCode {
     let cli: Cli = lectern_schema::ops::parse_args();
     crate::telemetry::init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: starting the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {}", one_line(&error));
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn one_line(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-        source = source.and_then(std::error::Error::source);
-    }
-    text.replace('\n', " ")
+    lectern_schema::ops::run_command(run(cli.command))
 }
 
 async fn run(command: Command) -> Result<(), CommandError> {

@@ -117,20 +117,7 @@ struct PublishArgs {
 pub fn main() -> ExitCode {
     let cli: Cli = lectern_schema::ops::parse_args();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: starting the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {}", error.to_string().replace('\n', " "));
-            ExitCode::FAILURE
-        }
-    }
+    lectern_schema::ops::run_command(run(cli.command))
 }
 
 fn init_logging() {

@@ -90,3 +90,39 @@ fn environment_twin<T: clap::CommandFactory>(invalid_arg: &str) -> Option<String
     }
     None
 }
+
+/// Runs a command to completion on a multi-threaded runtime; a failure is printed as
+/// one line on stderr, with its cause chain, and exits 1.
+pub fn run_command<E: std::error::Error>(
+    work: impl std::future::Future<Output = Result<(), E>>,
+) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: starting the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(work) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_line(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line, without repeating a cause already quoted.
+fn one_line(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}

@@ -1,7 +1,7 @@
 //! The workspace's real binaries, built on first use if the test run has not built them.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 static API: OnceLock<PathBuf> = OnceLock::new();
@@ -29,4 +29,57 @@ fn built(name: &str) -> PathBuf {
         .expect("run cargo build");
     assert!(status.success(), "building {name} failed");
     profile_dir.join(name)
+}
+
+/// What a finished run of one of the binaries left behind.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn from_output(output: Output) -> Self {
+        Self {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    pub fn assert_success(&self) {
+        assert_eq!(self.code, Some(0), "expected exit 0: {self:#?}");
+        self.assert_no_panic();
+    }
+
+    pub fn assert_no_panic(&self) {
+        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
+    }
+
+    /// The lines of stderr that are the error report (logs are other lines).
+    pub fn error_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|line| line.starts_with("error")).collect()
+    }
+
+    /// Exit `code` (any failure when `None`) with exactly one error line, which
+    /// contains every one of `needles`.
+    pub fn assert_one_line_error(&self, code: Option<i32>, needles: &[&str]) {
+        match code {
+            Some(code) => assert_eq!(self.code, Some(code), "expected exit {code}: {self:#?}"),
+            None => assert!(self.code.is_some_and(|code| code != 0), "expected a failure exit: {self:#?}"),
+        }
+        self.assert_no_panic();
+        let lines = self.error_lines();
+        assert_eq!(lines.len(), 1, "expected one error line: {}", self.stderr);
+        for needle in needles {
+            assert!(lines[0].contains(needle), "error line does not name {needle:?}: {}", lines[0]);
+        }
+    }
+
+    /// stdout as one JSON document.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|error| panic!("stdout is not one JSON document ({error}): {}", self.stdout))
+    }
 }

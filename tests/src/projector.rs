@@ -28,6 +28,22 @@ impl RunningProjector {
         Self { shutdown, task }
     }
 
+    /// Starts the run loop and waits until it consumes (its stream and consumer exist),
+    /// so what a test publishes next is certain to reach it.
+    pub async fn start_consuming(nats_url: &str, pool: PgPool) -> Self {
+        let projector = Self::start(nats_url, pool).await;
+        let client = async_nats::connect(nats_url).await.expect("connect to the test nats-server");
+        let consuming = eventually(Duration::from_secs(10), || async {
+            let Ok(stream) = jetstream::new(client.clone()).get_stream(lectern_projector::stream::STREAM).await else {
+                return false;
+            };
+            stream.consumer_info(lectern_projector::stream::CONSUMER).await.is_ok()
+        })
+        .await;
+        assert!(consuming, "the projector never created its consumer");
+        projector
+    }
+
     /// Graceful stop: the batch in hand is finished, committed and acknowledged.
     pub async fn stop(self) {
         self.shutdown.cancel();

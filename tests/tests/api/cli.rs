@@ -6,12 +6,13 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use lectern_api::keys::{Environment, ParsedKey};
 use lectern_tests::app::AppOptions;
+use lectern_tests::binaries::Run;
 use lectern_tests::database::admin_url;
 use lectern_tests::seed::test_pepper;
 use lectern_tests::{TestApp, TestDatabase};
@@ -27,58 +28,6 @@ const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
 const LONG_SECRET: &str = "a production-grade secret of more than thirty-two bytes";
 /// How long any one process may take before the test fails instead of hanging.
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What a finished `lectern-api` run left behind.
-#[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn from_output(output: Output) -> Self {
-        Self {
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
-    }
-
-    fn assert_success(&self) {
-        assert_eq!(self.code, Some(0), "expected exit 0: {self:#?}");
-        self.assert_no_panic();
-    }
-
-    fn assert_no_panic(&self) {
-        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
-    }
-
-    /// The lines of stderr that are the error report (logs are other lines).
-    fn error_lines(&self) -> Vec<&str> {
-        self.stderr.lines().filter(|line| line.starts_with("error")).collect()
-    }
-
-    /// Exit `code` (any failure when `None`) with exactly one error line, which
-    /// contains every one of `needles`.
-    fn assert_one_line_error(&self, code: Option<i32>, needles: &[&str]) {
-        match code {
-            Some(code) => assert_eq!(self.code, Some(code), "expected exit {code}: {self:#?}"),
-            None => assert!(self.code.is_some_and(|code| code != 0), "expected a failure exit: {self:#?}"),
-        }
-        self.assert_no_panic();
-        let lines = self.error_lines();
-        assert_eq!(lines.len(), 1, "expected one error line: {}", self.stderr);
-        for needle in needles {
-            assert!(lines[0].contains(needle), "error line does not name {needle:?}: {}", lines[0]);
-        }
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(self.stdout.trim())
-            .unwrap_or_else(|error| panic!("stdout is not one JSON document ({error}): {}", self.stdout))
-    }
-}
 
 /// A `lectern-api` command with an environment holding nothing but `env`, so the
 /// runner's own LECTERN_* / DATABASE_URL / RUST_LOG settings cannot leak in.

@@ -16,22 +16,6 @@ use uuid::Uuid;
 /// How long the projector may take to catch up with what was published.
 const CATCH_UP: Duration = Duration::from_secs(10);
 
-/// The projector's real run loop, once it consumes: it has created the stream and its
-/// consumer. Waiting matters: on a fresh nats-server, `publish_raw` creating the stream
-/// while the projector creates it too fails now and then ("subjects overlap with an
-/// existing stream", or a publish answered "stream not found").
-async fn start_projector(nats: &TestNats, db: &TestDatabase) -> RunningProjector {
-    let projector = RunningProjector::start(&nats.url, db.pool.clone()).await;
-    let client = nats.client().await;
-    assert!(eventually(CATCH_UP, || consumer_exists(&client)).await, "the projector never created its consumer");
-    projector
-}
-
-async fn consumer_exists(client: &async_nats::Client) -> bool {
-    let Ok(stream) = jetstream::new(client.clone()).get_stream(STREAM).await else { return false };
-    stream.consumer_info(CONSUMER).await.is_ok()
-}
-
 /// Whether every message published so far was applied, committed and acknowledged
 /// (the projector acknowledges only after its transaction commits).
 async fn all_acknowledged(client: &async_nats::Client) -> bool {
@@ -120,7 +104,7 @@ fn row(status: &str, version: i64, name: Option<&str>) -> Option<(String, i64, O
 async fn an_older_version_arriving_after_a_newer_one_has_no_effect() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, id) = (Uuid::new_v4(), Uuid::new_v4());
 
@@ -138,7 +122,7 @@ async fn an_older_version_arriving_after_a_newer_one_has_no_effect() {
 async fn a_repeated_version_is_applied_once_whether_its_event_id_is_the_same_or_not() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, id) = (Uuid::new_v4(), Uuid::new_v4());
     let original = contact_event("created", workspace, id, 1, "Original");
@@ -162,7 +146,7 @@ async fn a_repeated_version_within_one_batch_is_applied_once() {
         publish(&client, &event).await;
     }
 
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     caught_up(&client).await;
 
     assert_eq!(contact_row(&db.pool, workspace, id).await, row("active", 1, Some("Original")));
@@ -183,7 +167,7 @@ fn out_of_order_history(workspace: Uuid, id: Uuid) -> Vec<Value> {
 async fn out_of_order_delivery_one_event_at_a_time_ends_at_the_highest_version() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, id) = (Uuid::new_v4(), Uuid::new_v4());
 
@@ -203,7 +187,7 @@ async fn out_of_order_delivery_within_one_batch_ends_at_the_highest_version() {
         publish(&client, &event).await;
     }
 
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     caught_up(&client).await;
 
     assert_eq!(contact_row(&db.pool, workspace, id).await, row("active", 5, Some("Version 5")));
@@ -217,7 +201,7 @@ async fn an_archived_contact_stays_archived_when_an_older_update_arrives() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, key) = app.workspace_with_key().await;
     let id = Uuid::new_v4();
@@ -243,7 +227,7 @@ async fn a_deleted_contact_stays_deleted_when_an_older_create_arrives() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, key) = app.workspace_with_key().await;
     let id = Uuid::new_v4();
@@ -269,7 +253,7 @@ async fn a_restore_after_an_archive_serves_the_contact_again_with_the_restored_d
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, key) = app.workspace_with_key().await;
     let id = Uuid::new_v4();
@@ -302,7 +286,7 @@ async fn a_delete_before_any_create_leaves_a_tombstone_that_an_older_create_cann
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, key) = app.workspace_with_key().await;
     let id = Uuid::new_v4();
@@ -322,7 +306,7 @@ async fn a_delete_before_any_create_leaves_a_tombstone_that_an_older_create_cann
 async fn item_money_lands_as_exactly_the_amounts_sent_with_their_currencies() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let workspace = Uuid::new_v4();
     let (small, huge) = (Uuid::new_v4(), Uuid::new_v4());
@@ -361,7 +345,7 @@ async fn item_money_lands_as_exactly_the_amounts_sent_with_their_currencies() {
 async fn an_archived_item_is_hidden_behind_an_archived_tombstone() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, id) = (Uuid::new_v4(), Uuid::new_v4());
     let data = item_data("Screw", json!({"amount": "0.10", "currency": "EUR"}), Value::Null);
@@ -382,7 +366,7 @@ async fn an_event_for_one_workspace_never_touches_the_same_id_in_another() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace_a, key_a) = app.workspace_with_key().await;
     let (workspace_b, key_b) = app.workspace_with_key().await;
@@ -417,7 +401,7 @@ async fn an_event_for_one_workspace_never_touches_the_same_id_in_another() {
 async fn created_updated_and_restored_are_active_archived_is_archived_and_deleted_is_deleted() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let workspace = Uuid::new_v4();
     let expected = [

@@ -3,12 +3,11 @@
 //! listed and retried with the real `lectern-projector` binary.
 
 use std::cell::RefCell;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use async_nats::jetstream;
 use chrono::{DateTime, Utc};
-use lectern_projector::stream::{CONSUMER, STREAM};
+use lectern_tests::binaries::Run;
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, contact_row, eventually, publish, publish_raw, RunningProjector};
 use lectern_tests::TestDatabase;
@@ -21,22 +20,6 @@ use uuid::Uuid;
 const CATCH_UP: Duration = Duration::from_secs(10);
 /// How long one run of the binary may take before the test fails instead of hanging.
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The projector's real run loop, once it consumes: it has created the stream and its
-/// consumer. Waiting matters: on a fresh nats-server, `publish_raw` creating the stream
-/// while the projector creates it too fails now and then ("subjects overlap with an
-/// existing stream", or a publish answered "stream not found").
-async fn start_projector(nats: &TestNats, db: &TestDatabase) -> RunningProjector {
-    let projector = RunningProjector::start(&nats.url, db.pool.clone()).await;
-    let client = nats.client().await;
-    assert!(eventually(CATCH_UP, || consumer_exists(&client)).await, "the projector never created its consumer");
-    projector
-}
-
-async fn consumer_exists(client: &async_nats::Client) -> bool {
-    let Ok(stream) = jetstream::new(client.clone()).get_stream(STREAM).await else { return false };
-    stream.consumer_info(CONSUMER).await.is_ok()
-}
 
 /// One stored dead letter, as the table holds it.
 #[derive(Debug, sqlx::FromRow)]
@@ -71,34 +54,6 @@ fn contact_subject(workspace: Uuid, id: Uuid) -> String {
     format!("changes.{workspace}.contacts.{id}")
 }
 
-/// A finished run of `lectern-projector`.
-#[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn from_output(output: Output) -> Self {
-        Self {
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
-    }
-
-    fn assert_success(&self) {
-        assert_eq!(self.code, Some(0), "expected exit 0: {self:#?}");
-        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(self.stdout.trim())
-            .unwrap_or_else(|error| panic!("stdout is not one JSON document ({error}): {}", self.stdout))
-    }
-}
-
 /// Runs the real `lectern-projector` with nothing in its environment but `env`.
 async fn projector_cli(args: &[&str], env: &[(&str, &str)]) -> Run {
     let binary = tokio::task::spawn_blocking(lectern_tests::binaries::lectern_projector).await.expect("build binary");
@@ -131,7 +86,7 @@ async fn dead_letters_cli(db: &TestDatabase, args: &[&str]) -> Run {
 async fn assert_dead_lettered_while_later_events_apply(subject: &str, payload: &[u8], reason_mentions: &str) {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let workspace = Uuid::new_v4();
     let good = [Uuid::new_v4(), Uuid::new_v4()];
@@ -261,7 +216,7 @@ async fn an_event_on_another_workspaces_subject_is_dead_lettered_and_applied_to_
 async fn an_event_with_upper_case_ids_on_the_subject_it_names_is_applied_not_dead_lettered() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let (workspace, id) = (Uuid::new_v4(), Uuid::new_v4());
     let (workspace_text, id_text) = (workspace.to_string().to_uppercase(), id.to_string().to_uppercase());
@@ -302,7 +257,7 @@ async fn an_event_the_database_refuses_is_dead_lettered_while_the_rest_of_its_ba
     publish(&client, &contact_event("created", workspace, after, 1, "After")).await;
 
     // Started after publishing, so the three arrive in one batch.
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
 
     let applied = eventually(CATCH_UP, || async {
         contact_row(&db.pool, workspace, before).await.is_some()
@@ -325,7 +280,7 @@ async fn an_event_the_database_refuses_is_dead_lettered_while_the_rest_of_its_ba
 async fn a_dead_letter_is_acknowledged_so_nothing_stays_pending() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
 
     publish_raw(&client, &contact_subject(Uuid::new_v4(), Uuid::new_v4()), b"not json at all".to_vec()).await;
@@ -355,7 +310,7 @@ async fn a_dead_letter_is_acknowledged_so_nothing_stays_pending() {
 async fn dead_letters_list_json_prints_an_array_with_id_subject_reason_and_received_at_of_each() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
     let subjects = [contact_subject(Uuid::new_v4(), Uuid::new_v4()), contact_subject(Uuid::new_v4(), Uuid::new_v4())];
     publish_raw(&client, &subjects[0], b"{".to_vec()).await;
@@ -423,7 +378,7 @@ async fn still_broken_dead_letter(client: &async_nats::Client, pool: &PgPool) ->
 async fn retry_keeps_a_dead_letter_that_still_breaks_the_contract() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let id = still_broken_dead_letter(&nats.client().await, &db.pool).await;
 
     let run = dead_letters_cli(&db, &["retry", &id.to_string()]).await;
@@ -440,7 +395,7 @@ async fn retry_keeps_a_dead_letter_that_still_breaks_the_contract() {
 async fn retry_applies_a_dead_letter_that_now_validates_and_removes_it() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let (workspace, contact) = (Uuid::new_v4(), Uuid::new_v4());
     let payload = contact_event("created", workspace, contact, 2, "Fixed").to_string().into_bytes();
     let id = insert_dead_letter(&db.pool, &contact_subject(workspace, contact), 1_000_000, &payload).await;
@@ -461,7 +416,7 @@ async fn retry_applies_a_dead_letter_that_now_validates_and_removes_it() {
 async fn retry_all_applies_the_fixed_dead_letters_and_keeps_the_broken_ones() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let broken = still_broken_dead_letter(&nats.client().await, &db.pool).await;
     let workspace = Uuid::new_v4();
     let mut fixed = Vec::new();
@@ -492,7 +447,7 @@ async fn retry_all_applies_the_fixed_dead_letters_and_keeps_the_broken_ones() {
 async fn retry_of_an_unknown_id_exits_non_zero_and_says_so() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = start_projector(&nats, &db).await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let known = still_broken_dead_letter(&nats.client().await, &db.pool).await;
     let unknown = (known + 1000).to_string();
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use lectern_tests::binaries::lectern_projector;
+use lectern_tests::binaries::{lectern_projector, Run};
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, eventually};
@@ -118,26 +118,6 @@ impl Projector {
         self.child.start_kill().expect("SIGKILL the projector");
         let status = self.exit().await;
         assert_eq!(status.code(), None, "the projector was not killed by the signal: {status}");
-    }
-}
-
-/// What a finished one-shot command left behind.
-#[derive(Debug)]
-pub(crate) struct Run {
-    pub(crate) code: Option<i32>,
-    pub(crate) stdout: String,
-    pub(crate) stderr: String,
-}
-
-impl Run {
-    pub(crate) fn assert_success(&self) {
-        assert_eq!(self.code, Some(0), "expected exit 0: {self:#?}");
-        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
-    }
-
-    /// The stderr lines that report an error (the others are logs).
-    pub(crate) fn error_lines(&self) -> Vec<&str> {
-        self.stderr.lines().filter(|line| line.starts_with("error")).collect()
     }
 }
 
