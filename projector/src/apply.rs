@@ -53,6 +53,10 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received]) -> Result<Applied, s
     match written {
         Ok(()) => {
             transaction.commit().await?;
+            crate::metrics::record_committed(
+                events.iter().map(|(_, event)| event),
+                refused.iter().map(|(message, _)| message.subject.as_str()),
+            );
             Ok(Applied { events: events.len(), dead_letters: refused.len() })
         }
         Err(error) if is_transient_database_error(&error) => Err(error),
@@ -72,11 +76,11 @@ async fn apply_one_by_one<'a>(
     mut refused: Vec<Refused<'a>>,
 ) -> Result<Applied, sqlx::Error> {
     let mut transaction = pool.begin().await?;
-    let mut applied = 0;
+    let mut applied = Vec::with_capacity(events.len());
     for (message, event) in events {
         sqlx::query("savepoint one_event").execute(&mut *transaction).await?;
         match write_events(&mut transaction, std::iter::once(&event)).await {
-            Ok(()) => applied += 1,
+            Ok(()) => applied.push(event),
             Err(error) if is_transient_database_error(&error) => return Err(error),
             Err(error) => {
                 sqlx::query("rollback to savepoint one_event").execute(&mut *transaction).await?;
@@ -87,7 +91,8 @@ async fn apply_one_by_one<'a>(
     }
     write_dead_letters(&mut transaction, &refused).await?;
     transaction.commit().await?;
-    Ok(Applied { events: applied, dead_letters: refused.len() })
+    crate::metrics::record_committed(applied.iter(), refused.iter().map(|(message, _)| message.subject.as_str()));
+    Ok(Applied { events: applied.len(), dead_letters: refused.len() })
 }
 
 /// Writes the newest event of each record; older ones in the batch could not win.

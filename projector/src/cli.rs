@@ -13,8 +13,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{self, RunSettings};
 use crate::dead_letters;
+use crate::demo;
 use crate::error::ProjectorError;
+use crate::operations;
 use crate::stream::{self, ensure_consumer, ensure_stream};
+use lectern_schema::ops::server::OperationsServer;
 
 /// Lectern's projector: change events from NATS JetStream into the read model.
 #[derive(Debug, Parser)]
@@ -35,6 +38,10 @@ enum Command {
     DeadLetters(DeadLettersCommand),
     /// Publish change events (JSON, one per file or one per line on stdin) to their subjects.
     Publish(PublishArgs),
+    /// Exit 0 if the URL answers 200 (a container health check that needs no curl).
+    Healthcheck(HealthcheckArgs),
+    /// Publish the demo contacts and items as change events; does nothing once published.
+    Demo(DemoArgs),
 }
 
 #[derive(Clone, Debug, Args)]
@@ -65,6 +72,16 @@ struct RunArgs {
     /// Most events applied in one transaction.
     #[arg(long, env = "LECTERN_PROJECTOR_BATCH_SIZE", default_value_t = 1_000, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     batch_size: u16,
+    /// Address of the operations listener (/metrics, /healthz, /readyz); keep it private.
+    #[arg(long, env = "LECTERN_PROJECTOR_METRICS_LISTEN", default_value = "127.0.0.1:9465")]
+    metrics_listen: std::net::SocketAddr,
+}
+
+#[derive(Debug, Args)]
+struct HealthcheckArgs {
+    /// What to probe (plain HTTP).
+    #[arg(long, default_value = "http://127.0.0.1:9465/readyz")]
+    url: String,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -112,6 +129,15 @@ struct PublishArgs {
     nats: NatsArgs,
     /// Files with one JSON event each; without files, JSON events one per line on stdin.
     files: Vec<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    /// Workspace the demo records belong to; by default the one `lectern-api dev` issues its key for.
+    #[arg(long, env = "LECTERN_DEMO_WORKSPACE", default_value_t = demo::DEMO_WORKSPACE)]
+    workspace: uuid::Uuid,
 }
 
 pub fn main() -> ExitCode {
@@ -163,6 +189,10 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
             write_stdout(&format!("{text}\n"))
         }
         Command::Publish(args) => publish(args).await,
+        Command::Demo(args) => publish_demo(args).await,
+        Command::Healthcheck(args) => {
+            lectern_schema::ops::probe::probe(&args.url).await.map_err(ProjectorError::Unhealthy)
+        }
     }
 }
 
@@ -174,15 +204,38 @@ async fn connect(args: &DatabaseArgs) -> Result<PgPool, ProjectorError> {
 }
 
 async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
+    // Metrics recorded before the recorder exists are lost: install it first thing.
+    let _ = lectern_schema::ops::server::metrics_handle();
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(&args.database.database_url)?;
+    let operations_server =
+        OperationsServer::bind(args.metrics_listen).await.map_err(|source| ProjectorError::Listen {
+            setting: "--metrics-listen/LECTERN_PROJECTOR_METRICS_LISTEN",
+            address: args.metrics_listen,
+            source,
+        })?;
+    tracing::info!(
+        metrics = %operations_server.local_addr().unwrap_or(args.metrics_listen),
+        "operations listener ready"
+    );
     let client = stream::connect(&args.nats.nats_url).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let stopped = shutdown.clone();
+    let operations_task = tokio::spawn(operations_server.run(
+        operations::readiness_check(client.clone(), pool.clone()),
+        operations::nothing_before_scrape(),
+        async move { stopped.cancelled().await },
+    ));
     let settings = RunSettings { batch_size: usize::from(args.batch_size), ..RunSettings::default() };
-    consumer::run(client, pool, settings, shutdown).await
+    let consumed = consumer::run(client, pool, settings, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Ok(Err(error)) = operations_task.await {
+        tracing::warn!(%error, "the operations listener stopped with an error");
+    }
+    consumed
 }
 
 /// Cancels `token` on Ctrl-C or SIGTERM.
@@ -279,6 +332,12 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
         published += 1;
     }
     write_stdout(&format!("published {published} event(s)\n"))
+}
+
+async fn publish_demo(args: DemoArgs) -> Result<(), ProjectorError> {
+    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
+    let outcome = demo::publish_demo(&jetstream::new(client), args.workspace).await?;
+    write_stdout(&format!("{outcome}\n"))
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<String, ProjectorError> {

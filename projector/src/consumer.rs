@@ -73,6 +73,7 @@ pub async fn run(
         backoff = Backoff::default();
         catching_up = !batch.is_empty();
         if batch.is_empty() {
+            crate::metrics::record_lag(0);
             continue;
         }
         apply_until_committed(&pool, batch, &shutdown).await;
@@ -120,6 +121,10 @@ async fn pull(
 /// database is away the batch is retried with backoff and nothing is acknowledged; on
 /// shutdown during such an outage the batch is left unacknowledged for redelivery.
 async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, shutdown: &CancellationToken) {
+    let started = std::time::Instant::now();
+    if let Some(pending) = batch.last().and_then(|message| message.info().ok()).map(|info| info.pending) {
+        crate::metrics::record_lag(pending);
+    }
     let received: Vec<Received> = batch
         .iter()
         .map(|message| Received {
@@ -132,6 +137,7 @@ async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, sh
     loop {
         match apply_batch(pool, &received).await {
             Ok(applied) => {
+                crate::metrics::record_batch(received.len(), started.elapsed());
                 tracing::debug!(events = applied.events, dead_letters = applied.dead_letters, "batch committed");
                 if applied.dead_letters > 0 {
                     tracing::warn!(count = applied.dead_letters, "messages broke the contract; stored as dead letters");
@@ -140,6 +146,7 @@ async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, sh
             }
             Err(error) => {
                 tracing::warn!(%error, messages = received.len(), "applying a batch failed; retrying, nothing acknowledged");
+                crate::metrics::record_retry();
                 // Keep the messages ours while we wait, so JetStream does not hand them
                 // to another projector mid-retry.
                 for message in &batch {

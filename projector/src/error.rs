@@ -15,6 +15,17 @@ pub enum ProjectorError {
     /// A command was given something it cannot use.
     #[error("{0}")]
     Usage(String),
+    /// A listen address could not be bound.
+    #[error("{setting} {address}: {source}")]
+    Listen {
+        setting: &'static str,
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `healthcheck` found the projector unhealthy or unreachable.
+    #[error("unhealthy: {0}")]
+    Unhealthy(#[source] lectern_schema::ops::probe::ProbeError),
     /// Writing the command's output failed.
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),

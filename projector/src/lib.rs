@@ -8,16 +8,22 @@
 //! what follows. Any number of projectors can share the consumer.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`run`, `status`, `dead-letters`, `publish`).
+//! - [`cli`]: the command line (`run`, `status`, `dead-letters`, `publish`, `demo`).
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`apply`]: one batch into the read model, in one transaction.
 //! - [`dead_letters`]: listing and retrying dead letters.
+//! - [`demo`]: the demo workspace's data, published as real change events.
 //! - [`error`]: the crate's error type.
+//! - [`metrics`]: what the projector counts and times.
+//! - [`operations`]: readiness, and the operations listener's wiring.
 
 pub mod apply;
 pub mod cli;
 pub mod consumer;
 pub mod dead_letters;
+pub mod demo;
 pub mod error;
+pub mod metrics;
+pub mod operations;
 pub mod stream;

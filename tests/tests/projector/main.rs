@@ -11,5 +11,6 @@ mod apply_rules;
 mod commands;
 mod convergence;
 mod dead_letters;
+mod demo;
 mod end_to_end;
 mod process;

@@ -1,5 +1,9 @@
 //! Operational conventions both binaries must share, so operators see one service:
-//! the log format switch and which database failures are worth retrying.
+//! the log format switch, which database failures are worth retrying, the operations
+//! listener (metrics, health, readiness) and the `healthcheck` probe.
+
+pub mod probe;
+pub mod server;
 
 use std::io::IsTerminal;
 

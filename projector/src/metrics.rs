@@ -1,0 +1,61 @@
+//! The projector's metrics, recorded where the work happens and served by the
+//! operations listener (`--metrics-listen`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lectern_schema::ChangeEvent;
+
+/// Metric names (one place, so the README and tests agree).
+pub mod names {
+    pub const EVENTS_APPLIED: &str = "lectern_projector_events_applied_total";
+    pub const EVENTS_DEAD_LETTERED: &str = "lectern_projector_events_dead_lettered_total";
+    pub const BATCH_SIZE: &str = "lectern_projector_batch_size";
+    pub const APPLY_DURATION: &str = "lectern_projector_apply_duration_seconds";
+    pub const CONSUMER_LAG: &str = "lectern_projector_consumer_lag";
+    pub const APPLY_RETRIES: &str = "lectern_projector_apply_retries_total";
+}
+
+/// Counts a committed batch: applied events by type (`contact.created`, …), dead
+/// letters by the entity their subject names.
+pub fn record_committed<'a>(
+    applied: impl Iterator<Item = &'a ChangeEvent>,
+    dead_lettered: impl Iterator<Item = &'a str>,
+) {
+    let mut by_type: HashMap<String, u64> = HashMap::new();
+    for event in applied {
+        *by_type.entry(event.event_type.to_string()).or_default() += 1;
+    }
+    for (event_type, count) in by_type {
+        metrics::counter!(names::EVENTS_APPLIED, "type" => event_type).increment(count);
+    }
+    for subject in dead_lettered {
+        metrics::counter!(names::EVENTS_DEAD_LETTERED, "entity" => entity_of(subject)).increment(1);
+    }
+}
+
+/// One batch's size and how long it took from pull to commit.
+pub fn record_batch(messages: usize, elapsed: Duration) {
+    metrics::histogram!(names::BATCH_SIZE).record(messages as f64);
+    metrics::histogram!(names::APPLY_DURATION).record(elapsed.as_secs_f64());
+}
+
+/// Messages the stream holds that this consumer has not been delivered yet.
+pub fn record_lag(pending: u64) {
+    metrics::gauge!(names::CONSUMER_LAG).set(pending as f64);
+}
+
+/// A batch that could not commit and is being retried.
+pub fn record_retry() {
+    metrics::counter!(names::APPLY_RETRIES).increment(1);
+}
+
+/// `changes.<workspace>.<entity>.<id>` → `<entity>`, bounded to the two known entities
+/// so a hostile subject cannot create time series.
+fn entity_of(subject: &str) -> &'static str {
+    match subject.split('.').nth(2) {
+        Some("contacts") => "contacts",
+        Some("items") => "items",
+        _ => "other",
+    }
+}

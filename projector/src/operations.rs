@@ -1,0 +1,46 @@
+//! What operators see of the projector: its readiness (connected to NATS, PostgreSQL
+//! reachable) on the operations listener beside `/metrics` and `/healthz`.
+
+use std::sync::Arc;
+
+use async_nats::connection::State;
+use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck};
+use sqlx::PgPool;
+
+/// Ready when the NATS connection is up and PostgreSQL answers a statement.
+pub async fn readiness(client: &async_nats::Client, pool: &PgPool) -> Result<(), Problems> {
+    let mut problems = Vec::new();
+    if client.connection_state() != State::Connected {
+        problems.push(format!("not connected to NATS (connection {})", describe(client.connection_state())));
+    }
+    if let Err(error) = sqlx::query("select 1").execute(pool).await {
+        problems.push(format!("PostgreSQL is unreachable: {error}"));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+fn describe(state: State) -> &'static str {
+    match state {
+        State::Connected => "connected",
+        State::Disconnected => "disconnected",
+        State::Pending => "pending",
+    }
+}
+
+/// The readiness check as the operations listener takes it.
+pub fn readiness_check(client: async_nats::Client, pool: PgPool) -> ReadinessCheck {
+    Arc::new(move || {
+        let client = client.clone();
+        let pool = pool.clone();
+        Box::pin(async move { readiness(&client, &pool).await })
+    })
+}
+
+/// Nothing to refresh before a scrape: every projector metric is recorded as it happens.
+pub fn nothing_before_scrape() -> BeforeScrape {
+    Arc::new(|| {})
+}
