@@ -2,6 +2,7 @@
 //! they cannot be printed, and have development defaults only outside production.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use clap::Args;
@@ -9,7 +10,9 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::db::PoolSettings;
 use crate::error::CommandError;
+use crate::http::ServerLimits;
 use crate::keys::{Environment, Pepper};
+use crate::rate_limit::{Policy, RateLimits};
 
 /// Publicly known values so a local run works with no set-up; refused in production.
 const DEV_KEY_PEPPER: &str = "lectern-development-key-pepper-not-secret";
@@ -48,6 +51,17 @@ pub struct PoolArgs {
     pub db_statement_timeout_ms: u64,
 }
 
+impl ServeArgs {
+    /// The connection limits these settings describe.
+    pub fn server_limits(&self) -> ServerLimits {
+        ServerLimits {
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            ..ServerLimits::default()
+        }
+    }
+}
+
 impl PoolArgs {
     pub fn settings(&self) -> PoolSettings {
         PoolSettings {
@@ -55,6 +69,33 @@ impl PoolArgs {
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
             statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
         }
+    }
+}
+
+/// How many requests a caller may make.
+#[derive(Clone, Debug, Args)]
+pub struct RateLimitArgs {
+    /// Requests per minute one API key may sustain (its bucket's refill rate).
+    #[arg(long, env = "LECTERN_RATE_LIMIT_PER_MINUTE", default_value_t = NonZeroU32::new(600).unwrap_or(NonZeroU32::MIN))]
+    pub rate_limit_per_minute: NonZeroU32,
+    /// Requests one API key may send at once (its bucket's size).
+    #[arg(long, env = "LECTERN_RATE_LIMIT_BURST", default_value_t = NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN))]
+    pub rate_limit_burst: NonZeroU32,
+    /// Key lookups per minute that one client address may make for keys not yet cached
+    /// (each one a database query): caps floods of made-up keys.
+    #[arg(long, env = "LECTERN_KEY_LOOKUPS_PER_MINUTE", default_value_t = NonZeroU32::new(120).unwrap_or(NonZeroU32::MIN))]
+    pub key_lookups_per_minute: NonZeroU32,
+    /// Uncached key lookups one client address may make at once.
+    #[arg(long, env = "LECTERN_KEY_LOOKUP_BURST", default_value_t = NonZeroU32::new(30).unwrap_or(NonZeroU32::MIN))]
+    pub key_lookup_burst: NonZeroU32,
+}
+
+impl RateLimitArgs {
+    pub fn limits(&self) -> RateLimits {
+        RateLimits::new(
+            Policy { per_minute: self.rate_limit_per_minute, burst: self.rate_limit_burst },
+            Policy { per_minute: self.key_lookups_per_minute, burst: self.key_lookup_burst },
+        )
     }
 }
 
@@ -129,13 +170,34 @@ pub struct ServeArgs {
     pub pool: PoolArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
+    #[command(flatten)]
+    pub rate_limits: RateLimitArgs,
     /// Address the public HTTP API listens on.
     #[arg(long, env = "LECTERN_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Address of the operations listener (/metrics, /healthz, /readyz); keep it private.
+    #[arg(long, env = "LECTERN_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: SocketAddr,
     /// Which keys this deployment serves: `live` or `test` (keys of the other are 401).
     #[arg(long, env = "LECTERN_ENVIRONMENT", value_enum, default_value_t = Environment::Live)]
     pub environment: Environment,
+    /// Open client connections at most; past it new ones are closed at once.
+    #[arg(long, env = "LECTERN_MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Milliseconds a client has to send a request's line and headers (slow clients are cut off).
+    #[arg(long, env = "LECTERN_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub header_read_timeout_ms: u64,
     /// Seconds a cursor stays valid after it is issued.
     #[arg(long, env = "LECTERN_CURSOR_LIFETIME_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
     pub cursor_lifetime_secs: u64,
+}
+
+/// Everything `dev` needs: the API's settings and where NATS is.
+#[derive(Clone, Debug, Args)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// NATS server (with JetStream) the in-process projector consumes and the demo publishes to.
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
 }

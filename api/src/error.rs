@@ -21,6 +21,12 @@ pub enum ApiError {
     /// 405, 406, 413, 415 and other 4xx: `REQUEST_FAILED`.
     #[error("{message}")]
     RequestFailed { status: StatusCode, message: String },
+    /// 429 `RATE_LIMITED`: the key's bucket (or the client address's key lookups) is
+    /// empty; `Retry-After` says when to come back.
+    #[error(
+        "Too many requests: rate limit exceeded; retry after {retry_after_secs} s (see Retry-After and RateLimit)."
+    )]
+    RateLimited { retry_after_secs: u64 },
     /// 503 `SERVICE_UNAVAILABLE`: the database is unreachable or saturated; retry later.
     #[error("the database is unavailable")]
     Unavailable(#[source] sqlx::Error),
@@ -64,6 +70,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestFailed { status, .. } => *status,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -185,9 +192,10 @@ pub enum CommandError {
         #[source]
         source: sqlx::migrate::MigrateError,
     },
-    /// The listen address could not be bound.
-    #[error("--listen/LECTERN_LISTEN {address}: {source}")]
+    /// A listen address could not be bound.
+    #[error("{setting} {address}: {source}")]
     Listen {
+        setting: &'static str,
         address: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
@@ -198,6 +206,16 @@ pub enum CommandError {
     /// `keys revoke` was given an id that does not exist.
     #[error("no API key with id {0}")]
     NoSuchKey(String),
+    /// `healthcheck` found the service unhealthy or unreachable.
+    #[error("unhealthy: {0}")]
+    Unhealthy(#[source] lectern_schema::ops::probe::ProbeError),
+    /// `dev` could not run the projector or publish the demo data.
+    #[error("{context}: {source}")]
+    Projector {
+        context: &'static str,
+        #[source]
+        source: lectern_projector::error::ProjectorError,
+    },
     /// Writing the command's output failed.
     #[error("writing output: {0}")]
     Output(#[source] std::io::Error),

@@ -10,6 +10,8 @@
 //! - [`db`]: the pool, migrations, and one query module per resource.
 //! - [`keys`]: key format, peppered hashes, the caching authenticator.
 //! - [`error`]: the one error type of a request, and that of a command.
+//! - [`operations`]: readiness, metrics, the operations listener's wiring.
+//! - [`rate_limit`]: per-key and per-address token buckets.
 //! - [`telemetry`]: logging set-up.
 
 pub mod cli;
@@ -19,4 +21,6 @@ pub mod error;
 pub mod http;
 pub mod keys;
 pub mod listing;
+pub mod operations;
+pub mod rate_limit;
 pub mod telemetry;

@@ -1,12 +1,14 @@
 //! The real app over HTTP, and the contract's assertions on what it answers.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lectern_api::http::{AppState, Application};
 use lectern_api::keys::{Authenticator, Environment, Scope};
 use lectern_api::listing::cursor::CursorSigner;
+use lectern_api::rate_limit::{Policy, RateLimits};
 use secrecy::SecretString;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -29,11 +31,26 @@ pub struct TestApp {
 pub struct AppOptions {
     pub environment: Environment,
     pub cursor_lifetime: Duration,
+    /// Per-key limit; generous by default so tests that are not about limits never meet one.
+    pub per_key: Policy,
+    /// Uncached key lookups per client address (every test client is 127.0.0.1).
+    pub lookups_per_address: Policy,
+}
+
+/// A limit no test reaches by accident.
+pub fn generous_policy() -> Policy {
+    let plenty = NonZeroU32::new(1_000_000).expect("non-zero");
+    Policy { per_minute: plenty, burst: plenty }
 }
 
 impl Default for AppOptions {
     fn default() -> Self {
-        Self { environment: Environment::Live, cursor_lifetime: Duration::from_secs(86_400) }
+        Self {
+            environment: Environment::Live,
+            cursor_lifetime: Duration::from_secs(86_400),
+            per_key: generous_policy(),
+            lookups_per_address: generous_policy(),
+        }
     }
 }
 
@@ -51,6 +68,7 @@ impl TestApp {
             pool: pool.clone(),
             authenticator: Arc::new(Authenticator::new(pool.clone(), test_pepper(), options.environment)),
             cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
+            rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),
         };
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");

@@ -11,6 +11,7 @@
 //! - [`binaries`]: paths to the workspace's built binaries.
 //! - [`nats`]: a private nats-server with JetStream per test.
 //! - [`projector`]: the projector's run loop in-process, and publishing events.
+//! - [`process`]: a long-running binary under test, its logs and its SIGTERM.
 
 #![allow(
     clippy::expect_used,
@@ -22,6 +23,7 @@ pub mod app;
 pub mod binaries;
 pub mod database;
 pub mod nats;
+pub mod process;
 pub mod projector;
 pub mod seed;
 

@@ -3,7 +3,7 @@
 //! Each type's checker authenticates the key (401), then checks the route's scope
 //! (403), so the type named in an operation's signature is what enforces its scope
 //! (poem-openapi's `scope` attribute only documents). The checker runs before any
-//! parameter is parsed, which gives the contract's order: 401 → 403 → 400.
+//! parameter is parsed, which gives the contract's order: 401 → 429 → 403 → 400.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use poem::Request;
 use poem_openapi::auth::ApiKey;
 use poem_openapi::SecurityScheme;
 
-use super::AppState;
+use super::{caller, AppState};
 use crate::error::ApiError;
 use crate::keys::{Principal, Scope};
 
@@ -34,11 +34,29 @@ async fn items_read(request: &Request, key: ApiKey) -> poem::Result<Principal> {
     authorize(request, &key.key, Scope::ItemsRead).await
 }
 
+/// The contract's order: authenticate (401), rate limit (429), scope (403).
 async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Result<Principal> {
     let state = request
         .data::<Arc<AppState>>()
         .ok_or_else(|| ApiError::Internal("application state is not attached to the request".into()))?;
-    let principal = state.authenticator.authenticate(presented).await?;
+    let address = request.remote_addr().as_socket_addr().map(|address| address.ip());
+    let limit_lookups = || match address.map(|address| state.rate_limits.check_lookup(address)) {
+        Some(Err(retry_after_secs)) => {
+            caller::record(|caller| caller.lookup_retry_after_secs = Some(retry_after_secs));
+            Err(ApiError::RateLimited { retry_after_secs })
+        }
+        _ => Ok(()),
+    };
+    let principal = state.authenticator.authenticate(presented, limit_lookups).await?;
+    let standing = state.rate_limits.check_key(&principal.key_id);
+    caller::record(|caller| {
+        caller.key_id = Some(principal.key_id.clone());
+        caller.standing = Some(standing);
+    });
+    if let Some(retry_after_secs) = standing.retry_after_secs {
+        metrics::counter!(crate::operations::names::RATE_LIMITED, "limit" => "per_key").increment(1);
+        return Err(ApiError::RateLimited { retry_after_secs }.into());
+    }
     principal.require(scope)?;
     Ok(principal)
 }

@@ -11,6 +11,7 @@ use poem::http::{header, HeaderValue, StatusCode};
 use poem::{Endpoint, IntoResponse, Request, Response};
 use poem_openapi::Object;
 
+use super::caller::{self, Caller};
 use super::request_id::RequestId;
 use crate::error::{code_for_status, ApiError, ErrorCode};
 
@@ -101,29 +102,27 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Res
         .and_then(RequestId::from_client)
         .unwrap_or_else(RequestId::generate);
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
+    let route = crate::operations::route_of(request.uri().path());
 
-    let outcome = request_id
-        .clone()
-        .scope(async {
-            let result = AssertUnwindSafe(inner.call(request)).catch_unwind().await;
-            match result {
-                Ok(Ok(response)) => response.into_response(),
-                Ok(Err(error)) => render_error(error),
-                Err(_panic) => {
-                    tracing::error!("request handler panicked");
-                    json_response(
+    let (outcome, caller) = caller::scope(request_id.clone().scope(async {
+        let result = AssertUnwindSafe(inner.call(request)).catch_unwind().await;
+        match result {
+            Ok(Ok(response)) => response.into_response(),
+            Ok(Err(error)) => render_error(error),
+            Err(_panic) => {
+                tracing::error!("request handler panicked");
+                json_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &ErrorResponse::from_status(
                         StatusCode::INTERNAL_SERVER_ERROR,
-                        &ErrorResponse::from_status(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "An unexpected error occurred; it has been logged.".to_owned(),
-                            None,
-                        ),
-                    )
-                }
+                        "An unexpected error occurred; it has been logged.".to_owned(),
+                        None,
+                    ),
+                )
             }
-        })
-        .await;
+        }
+    }))
+    .await;
 
     let mut response = outcome;
     let headers = response.headers_mut();
@@ -134,15 +133,43 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Res
     if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    rate_limit_headers(response.headers_mut(), status, &caller);
+    // Keys belong on servers: browsers get no CORS grant, and nothing is cached or sniffed.
+    headers_for_every_response(response.headers_mut());
+    let elapsed = started.elapsed();
+    crate::operations::record_request(route, method.as_str(), status.as_u16(), elapsed);
     tracing::info!(
         request_id = %request_id,
         method = %method,
-        path = %path,
+        route,
         status = status.as_u16(),
-        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
+        key_id = caller.key_id.as_deref().unwrap_or("-"),
         "request"
     );
     Ok(response)
+}
+
+/// Every authenticated response states the key's standing; a 429 says when to retry.
+fn rate_limit_headers(headers: &mut poem::http::HeaderMap, status: StatusCode, caller: &Caller) {
+    if let Some(standing) = &caller.standing {
+        if let Ok(value) = HeaderValue::from_str(&standing.policy.header()) {
+            headers.insert("ratelimit-policy", value);
+        }
+        if let Ok(value) = HeaderValue::from_str(&standing.header()) {
+            headers.insert("ratelimit", value);
+        }
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        let retry_after =
+            caller.standing.and_then(|standing| standing.retry_after_secs).or(caller.lookup_retry_after_secs);
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after.unwrap_or(1)));
+    }
+}
+
+fn headers_for_every_response(headers: &mut poem::http::HeaderMap) {
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
 }
 
 /// Turns any error into the envelope, keeping its status. Errors that already carry a

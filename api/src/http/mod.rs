@@ -1,12 +1,14 @@
 //! The HTTP application: routes, the envelope layer around them, and the server.
 
 mod auth;
+mod caller;
 mod collection;
 pub mod contacts;
 pub mod envelope;
 pub mod items;
 pub mod openapi;
 pub mod request_id;
+pub mod server;
 pub mod strict_query;
 
 use std::future::Future;
@@ -15,9 +17,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use poem::endpoint::make_sync;
-use poem::listener::{Acceptor, TcpAcceptor};
-use poem::{Endpoint, EndpointExt, Route, Server};
+use lectern_schema::ops::server::{liveness_response, readiness_response};
+use poem::endpoint::{make, make_sync};
+use poem::middleware::Compression;
+use poem::web::{CompressionAlgo, Html};
+use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::registry::MetaSchema;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -26,12 +30,15 @@ use crate::error::ApiError;
 use crate::keys::Authenticator;
 use crate::listing::cursor::CursorSigner;
 use crate::listing::params::query_param_type;
+use crate::rate_limit::RateLimits;
+pub use server::ServerLimits;
 
 /// What every request needs, built once.
 pub struct AppState {
     pub pool: PgPool,
     pub authenticator: Arc<Authenticator>,
     pub cursors: CursorSigner,
+    pub rate_limits: RateLimits,
 }
 
 /// A record id as it arrives in a path, checked by [`RecordId::parse`].
@@ -58,9 +65,12 @@ query_param_type!(RecordId, "RecordId", MetaSchema::new_with_format("string", "u
     serde_json::Value::String(id.0.clone())
 });
 
-/// The whole HTTP surface, every response passing through the envelope layer.
+/// The whole HTTP surface, every response passing through the envelope layer, and
+/// compressed (br, gzip) for clients that accept it.
 pub fn app(state: Arc<AppState>) -> impl Endpoint {
     let document = openapi::document();
+    let reference = openapi::reference_page(&document);
+    let readiness = crate::operations::readiness_check(state.pool.clone());
     Route::new()
         .at(
             "/v1/openapi.json",
@@ -69,25 +79,42 @@ pub fn app(state: Arc<AppState>) -> impl Endpoint {
             }),
         )
         .nest_no_strip("/v1", openapi::service())
+        .at("/docs", make_sync(move |_| Html(reference.clone())))
+        .at("/healthz", make_sync(|_| liveness_response()))
+        .at(
+            "/readyz",
+            make(move |_| {
+                let readiness = readiness.clone();
+                async move { readiness_response(&readiness).await }
+            }),
+        )
         .data(state)
         .around(envelope::envelope)
+        .with(Compression::new().algorithms([CompressionAlgo::BR, CompressionAlgo::GZIP]))
 }
 
 /// A bound, not yet running server (zero2prod's shape: build, inspect the port, run).
 pub struct Application {
-    acceptor: TcpAcceptor,
+    listener: tokio::net::TcpListener,
     state: Arc<AppState>,
+    limits: ServerLimits,
 }
 
 impl Application {
     /// Binds `listen` (port 0 picks a free port, as tests do).
     pub async fn build(listen: SocketAddr, state: AppState) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
-        Ok(Self { acceptor: TcpAcceptor::from_tokio(listener)?, state: Arc::new(state) })
+        Ok(Self { listener, state: Arc::new(state), limits: ServerLimits::default() })
+    }
+
+    /// Replaces the default connection limits.
+    #[must_use]
+    pub fn with_limits(self, limits: ServerLimits) -> Self {
+        Self { limits, ..self }
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.acceptor.local_addr().first().and_then(|addr| addr.as_socket_addr().copied())
+        self.listener.local_addr().ok()
     }
 
     /// Serves until `shutdown` resolves, then lets in-flight requests finish and
@@ -96,11 +123,18 @@ impl Application {
         let authenticator = self.state.authenticator.clone();
         let listener = tokio::spawn(authenticator.clone().follow_key_changes());
         let flusher = tokio::spawn(authenticator.clone().flush_last_used_periodically());
-        let result = Server::new_with_acceptor(self.acceptor)
-            .run_with_graceful_shutdown(app(self.state), shutdown, Some(Duration::from_secs(10)))
-            .await;
+        let state = self.state.clone();
+        let forgetter = tokio::spawn(async move {
+            let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every_minute.tick().await;
+                state.rate_limits.forget_idle();
+            }
+        });
+        let result = server::serve(self.listener, app(self.state), self.limits, shutdown).await;
         listener.abort();
         flusher.abort();
+        forgetter.abort();
         authenticator.flush_last_used().await;
         result
     }

@@ -36,6 +36,13 @@ pub fn document() -> String {
     }
 }
 
+/// The interactive reference served at `/docs` (Redoc, bundled by poem-openapi, so it
+/// works offline), showing the finished `document` rather than the generated one.
+pub fn reference_page(document: &str) -> String {
+    let service = service();
+    service.redoc_html().replace(&service.spec(), document)
+}
+
 fn complete(spec: &mut Value) {
     if let Some(schemas) = spec.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
         for (name, schema) in schemas.iter_mut() {
@@ -96,6 +103,26 @@ fn add_response_headers(status: &str, response: &mut Value) {
         "X-Request-Id".to_owned(),
         json!({ "description": "The request id, also in the body.", "required": true, "schema": { "$ref": "#/components/schemas/RequestId" } }),
     );
+    // Every response after the key is verified states the key's standing; a 401 (and a
+    // 500 or 503 that may come before it) cannot.
+    if !matches!(status, "401" | "500" | "503") {
+        headers.insert(
+            "RateLimit-Policy".to_owned(),
+            json!({
+                "description": "The key's rate-limit policy (draft-ietf-httpapi-ratelimit-headers): `\"per-key\";q=<burst>;w=<seconds to refill it>`.",
+                "required": status == "200",
+                "schema": { "type": "string", "example": "\"per-key\";q=100;w=10" }
+            }),
+        );
+        headers.insert(
+            "RateLimit".to_owned(),
+            json!({
+                "description": "The key's standing: `\"per-key\";r=<requests left now>;t=<seconds until the bucket is full>`.",
+                "required": status == "200",
+                "schema": { "type": "string", "example": "\"per-key\";r=99;t=1" }
+            }),
+        );
+    }
     if status == "429" || status == "503" {
         headers.insert(
             "Retry-After".to_owned(),

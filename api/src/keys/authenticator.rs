@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::store::{self, AuthRecord};
 use super::{Environment, ParsedKey, Pepper, Scope};
 use crate::error::ApiError;
+use crate::operations::names::KEY_CACHE;
 
 /// The channel `api_keys`' trigger notifies with the changed key id.
 pub const KEY_CHANGES_CHANNEL: &str = "lectern_api_keys";
@@ -78,7 +79,13 @@ impl Authenticator {
 
     /// Checks a presented key: 401 for anything but a live, unexpired key of this
     /// deployment's environment whose secret matches; 503 if it cannot be looked up.
-    pub async fn authenticate(&self, presented: &str) -> Result<Principal, ApiError> {
+    /// `before_lookup` runs only when the key must be read from the database (not
+    /// cached), and can refuse that lookup.
+    pub async fn authenticate(
+        &self,
+        presented: &str,
+        before_lookup: impl FnOnce() -> Result<(), ApiError>,
+    ) -> Result<Principal, ApiError> {
         let key = ParsedKey::parse(presented).map_err(|_| ApiError::Unauthorized(MALFORMED))?;
         if key.environment != self.environment {
             return Err(ApiError::Unauthorized(match self.environment {
@@ -86,7 +93,7 @@ impl Authenticator {
                 Environment::Test => TEST_ONLY,
             }));
         }
-        let record = self.lookup(&key.key_id).await?.ok_or(ApiError::Unauthorized(INVALID))?;
+        let record = self.lookup(&key.key_id, before_lookup).await?.ok_or(ApiError::Unauthorized(INVALID))?;
         if !self.pepper.verify(&key, &record.secret_hmac) || record.environment() != Some(self.environment) {
             return Err(ApiError::Unauthorized(INVALID));
         }
@@ -105,13 +112,20 @@ impl Authenticator {
         })
     }
 
-    async fn lookup(&self, key_id: &str) -> Result<Option<Arc<AuthRecord>>, sqlx::Error> {
+    async fn lookup(
+        &self,
+        key_id: &str,
+        before_lookup: impl FnOnce() -> Result<(), ApiError>,
+    ) -> Result<Option<Arc<AuthRecord>>, ApiError> {
         let trusted = self.listening.load(Ordering::Acquire);
         if trusted {
             if let Some(hit) = self.read_cache().get(key_id) {
+                metrics::counter!(KEY_CACHE, "result" => "hit").increment(1);
                 return Ok(Some(hit.clone()));
             }
         }
+        metrics::counter!(KEY_CACHE, "result" => if trusted { "miss" } else { "bypassed" }).increment(1);
+        before_lookup()?;
         let generation = self.generation.load(Ordering::Acquire);
         let record = store::find_for_auth(&self.pool, key_id).await?.map(Arc::new);
         if let Some(record) = &record {

@@ -37,6 +37,8 @@ fn lectern(args: &[&str], env: &[(&str, &str)]) -> Command {
         .args(args)
         .env_clear()
         .env("NO_COLOR", "1")
+        // Tests run in parallel: the operations listener must not fight over its default port.
+        .env("LECTERN_METRICS_LISTEN", "127.0.0.1:0")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,0 +1,143 @@
+//! `lectern-api serve`: the public API and, on its own address, the operations
+//! listener; both stop together on SIGTERM or Ctrl-C after in-flight requests finish.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lectern_schema::ops::server::OperationsServer;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::database_error;
+use crate::config::ServeArgs;
+use crate::db;
+use crate::error::CommandError;
+use crate::http::{AppState, Application};
+use crate::keys::Authenticator;
+use crate::listing::cursor::CursorSigner;
+use crate::operations;
+
+pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
+    install_metrics_recorder();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let pool = open_pool(&args)?;
+    if let Err(error) = sqlx::query("select 1").execute(&pool).await {
+        tracing::warn!(database = %db::redacted(&args.database.database_url), %error, "database not reachable yet; answering 503 until it is");
+    }
+    bind(&args, pool).await?.run(shutdown).await
+}
+
+/// Metrics recorded before the recorder exists are lost: install it first thing.
+pub fn install_metrics_recorder() {
+    let _ = lectern_schema::ops::server::metrics_handle();
+}
+
+/// The pool every request borrows from; opened lazily so the API starts while
+/// PostgreSQL is still down.
+pub fn open_pool(args: &ServeArgs) -> Result<PgPool, CommandError> {
+    let url = &args.database.database_url;
+    db::lazy_pool(url, &args.pool.settings()).map_err(|source| database_error(url, source))
+}
+
+/// Both listeners bound, not yet serving.
+pub struct Bound {
+    application: Application,
+    operations: OperationsServer,
+    pool: PgPool,
+    max_connections: u32,
+}
+
+/// Builds the application state and binds the public and the operations addresses.
+pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError> {
+    let state = AppState {
+        authenticator: Arc::new(Authenticator::new(pool.clone(), args.secrets.pepper()?, args.environment)),
+        cursors: CursorSigner::new(args.secrets.cursor_secret()?, Duration::from_secs(args.cursor_lifetime_secs)),
+        pool: pool.clone(),
+        rate_limits: args.rate_limits.limits(),
+    };
+    let application = Application::build(args.listen, state)
+        .await
+        .map_err(|source| CommandError::Listen { setting: "--listen/LECTERN_LISTEN", address: args.listen, source })?
+        .with_limits(args.server_limits());
+    let operations = OperationsServer::bind(args.metrics_listen).await.map_err(|source| CommandError::Listen {
+        setting: "--metrics-listen/LECTERN_METRICS_LISTEN",
+        address: args.metrics_listen,
+        source,
+    })?;
+    tracing::info!(
+        address = %address_or(application.local_addr(), args.listen),
+        metrics = %address_or(operations.local_addr(), args.metrics_listen),
+        environment = args.environment.as_str(),
+        "lectern-api listening"
+    );
+    Ok(Bound { application, operations, pool, max_connections: args.pool.db_pool_size })
+}
+
+fn address_or(bound: Option<SocketAddr>, configured: SocketAddr) -> SocketAddr {
+    bound.unwrap_or(configured)
+}
+
+impl Bound {
+    pub fn api_address(&self) -> Option<SocketAddr> {
+        self.application.local_addr()
+    }
+
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.operations.local_addr()
+    }
+
+    /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), CommandError> {
+        let readiness = operations::readiness_check(self.pool.clone());
+        let gauges = operations::pool_gauges(self.pool.clone(), self.max_connections);
+        let operations_stopped = shutdown.clone();
+        let operations = tokio::spawn(self.operations.run(readiness, gauges, async move {
+            operations_stopped.cancelled().await;
+        }));
+        let api_stopped = shutdown.clone();
+        let served = self.application.run_until_stopped(async move { api_stopped.cancelled().await }).await;
+        // The operations listener outlives nothing: it stops with the API.
+        shutdown.cancel();
+        match operations.await {
+            Ok(Err(error)) => tracing::warn!(%error, "the operations listener stopped with an error"),
+            Err(error) => tracing::warn!(%error, "the operations listener's task failed"),
+            Ok(Ok(())) => {}
+        }
+        served.map_err(CommandError::Serve)?;
+        tracing::info!("lectern-api stopped");
+        Ok(())
+    }
+}
+
+/// Cancels `token` on Ctrl-C or SIGTERM.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+        () = token.cancelled() => return,
+    }
+    tracing::info!("shutting down: finishing in-flight work");
+    token.cancel();
+}

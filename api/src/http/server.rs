@@ -1,0 +1,137 @@
+//! The connection loop: ours rather than poem's `Server`, so that the limits a
+//! hostile client probes are ours to set. A slow client must send its request head
+//! within a deadline (slowloris), the head has a size cap, connections are capped,
+//! and shutdown lets in-flight requests finish within a grace period.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use poem::web::{LocalAddr, RemoteAddr};
+use poem::{Addr, Endpoint};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What one server will put up with.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerLimits {
+    /// Open connections at most; past it new ones are closed at once.
+    pub max_connections: usize,
+    /// Time a client has to send a request's line and headers.
+    pub header_read_timeout: Duration,
+    /// Bytes a request line plus headers may take (HTTP/1.1: answered 431 past it).
+    pub max_header_bytes: usize,
+    /// Headers a request may carry (HTTP/1.1).
+    pub max_headers: usize,
+    /// How long shutdown waits for in-flight requests.
+    pub grace_period: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4_096,
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            grace_period: Duration::from_secs(10),
+        }
+    }
+}
+
+/// hyper refuses buffers smaller than this.
+const MIN_HEADER_BUFFER: usize = 8 * 1024;
+
+/// Serves `endpoint` on `listener` until `shutdown` resolves, then stops accepting,
+/// lets open requests finish (up to the grace period) and returns.
+pub async fn serve<E>(
+    listener: TcpListener,
+    endpoint: E,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()>
+where
+    E: Endpoint + 'static,
+{
+    let endpoint = Arc::new(endpoint);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BUFFER))
+        .max_headers(limits.max_headers);
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let builder = Arc::new(builder);
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let stopping = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let local = listener.local_addr()?;
+    tokio::pin!(shutdown);
+
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            metrics::counter!(crate::operations::names::CONNECTIONS_REFUSED).increment(1);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let endpoint = endpoint.clone();
+        let builder = builder.clone();
+        let stopping = stopping.clone();
+        tracker.spawn(async move {
+            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                let endpoint = endpoint.clone();
+                async move {
+                    let request = poem::Request::from((
+                        request,
+                        LocalAddr(Addr::SocketAddr(local)),
+                        RemoteAddr(Addr::SocketAddr(peer)),
+                        poem::http::uri::Scheme::HTTP,
+                    ));
+                    let response: hyper::Response<BoxBody<Bytes, std::io::Error>> =
+                        endpoint.get_response(request).await.into();
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stopping.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(permit);
+        });
+    }
+
+    drop(listener);
+    stopping.cancel();
+    tracker.close();
+    if tokio::time::timeout(limits.grace_period, tracker.wait()).await.is_err() {
+        tracing::warn!(grace_period = ?limits.grace_period, "requests still running at the end of the grace period were cut off");
+    }
+    Ok(())
+}

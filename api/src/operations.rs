@@ -1,0 +1,110 @@
+//! What operators see: readiness (PostgreSQL reachable, schema current), the metrics
+//! the API records, and the listener that serves them apart from the public port.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck};
+use sqlx::PgPool;
+
+use crate::db;
+
+/// Names of the metrics the API records (one place, so the README and tests agree).
+pub mod names {
+    pub const HTTP_REQUESTS: &str = "lectern_http_requests_total";
+    pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
+    pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
+    pub const POOL_CONNECTIONS: &str = "lectern_db_pool_connections";
+    pub const POOL_MAX: &str = "lectern_db_pool_max_connections";
+    pub const RATE_LIMITED: &str = "lectern_rate_limited_total";
+    pub const CONNECTIONS_REFUSED: &str = "lectern_http_connections_refused_total";
+}
+
+/// Ready when a statement runs and every migration this build knows is applied
+/// (a newer schema from a later release is fine: migrations only add).
+pub async fn readiness(pool: &PgPool) -> Result<(), Problems> {
+    let applied: Vec<i64> = sqlx::query_scalar("select version from _sqlx_migrations where success")
+        .fetch_all(pool)
+        .await
+        .map_err(|error| vec![describe_database_problem(&error)])?;
+    let missing: Vec<String> = db::MIGRATOR
+        .iter()
+        .filter(|migration| !applied.contains(&migration.version))
+        .map(|migration| format!("{} {}", migration.version, migration.description))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(vec![format!("migrations not applied (run `lectern-api migrate`): {}", missing.join(", "))])
+    }
+}
+
+fn describe_database_problem(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => {
+            "the database has no schema yet (run `lectern-api migrate`)".to_owned()
+        }
+        error if db::is_unavailable(error) => format!("PostgreSQL is unreachable: {error}"),
+        error => format!("PostgreSQL refused the readiness query: {error}"),
+    }
+}
+
+/// The readiness check as the operations listener takes it.
+pub fn readiness_check(pool: PgPool) -> ReadinessCheck {
+    Arc::new(move || {
+        let pool = pool.clone();
+        Box::pin(async move { readiness(&pool).await })
+    })
+}
+
+/// Pool usage is a reading, not an event: refreshed just before each scrape.
+pub fn pool_gauges(pool: PgPool, max_connections: u32) -> BeforeScrape {
+    Arc::new(move || {
+        let open = pool.size();
+        let idle = u32::try_from(pool.num_idle()).unwrap_or(open);
+        metrics::gauge!(names::POOL_CONNECTIONS, "state" => "idle").set(f64::from(idle));
+        metrics::gauge!(names::POOL_CONNECTIONS, "state" => "in_use").set(f64::from(open.saturating_sub(idle)));
+        metrics::gauge!(names::POOL_MAX).set(f64::from(max_connections));
+    })
+}
+
+/// Counts one request under its route template (never the raw path: ids would make
+/// every record a new time series).
+pub fn record_request(route: &'static str, method: &str, status: u16, elapsed: Duration) {
+    let status = status.to_string();
+    metrics::counter!(names::HTTP_REQUESTS, "route" => route, "method" => method.to_owned(), "status" => status.clone())
+        .increment(1);
+    metrics::histogram!(names::HTTP_DURATION, "route" => route, "status" => status).record(elapsed.as_secs_f64());
+}
+
+/// The route template a path belongs to.
+pub fn route_of(path: &str) -> &'static str {
+    let mut segments = path.trim_end_matches('/').split('/').skip(1);
+    match (segments.next(), segments.next(), segments.next(), segments.next()) {
+        (Some("v1"), Some("contacts"), None, _) => "/v1/contacts",
+        (Some("v1"), Some("contacts"), Some(_), None) => "/v1/contacts/{id}",
+        (Some("v1"), Some("items"), None, _) => "/v1/items",
+        (Some("v1"), Some("items"), Some(_), None) => "/v1/items/{id}",
+        (Some("v1"), Some("openapi.json"), None, _) => "/v1/openapi.json",
+        (Some("healthz"), None, _, _) => "/healthz",
+        (Some("readyz"), None, _, _) => "/readyz",
+        (Some("docs"), _, _, _) => "/docs",
+        _ => "unmatched",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_of;
+
+    #[test]
+    fn metrics_label_requests_by_route_template_never_by_raw_path() {
+        assert_eq!(route_of("/v1/contacts"), "/v1/contacts");
+        assert_eq!(route_of("/v1/contacts/"), "/v1/contacts");
+        assert_eq!(route_of("/v1/contacts/3f1c0e7a-0000-4000-8000-000000000000"), "/v1/contacts/{id}");
+        assert_eq!(route_of("/v1/items/anything"), "/v1/items/{id}");
+        assert_eq!(route_of("/v1/items/a/b"), "unmatched");
+        assert_eq!(route_of("/wp-admin/login.php"), "unmatched");
+        assert_eq!(route_of("/readyz"), "/readyz");
+    }
+}
