@@ -1,0 +1,14 @@
+//! Operations files, checked on paper (no container engine runs where the tests do):
+//! compose.yaml against the real binaries' command lines, .env.example and the
+//! Dockerfile; the Dockerfile against the workspace and compose.yaml.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "in tests, a failed expectation is the test failing, with its message"
+)]
+
+mod cli;
+mod compose;
+mod dockerfile;
+mod stack;
