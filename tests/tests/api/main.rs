@@ -16,6 +16,7 @@ mod openapi;
 mod outage;
 mod params;
 mod plans;
+mod rate_limits;
 mod resources;
 mod retrieve;
 mod roundtrips;
