@@ -20,13 +20,13 @@ use crate::stream::{ensure_consumer, ensure_stream};
 pub struct RunSettings {
     /// Most messages applied in one transaction.
     pub batch_size: usize,
-    /// How long one pull waits for messages before applying what it has.
+    /// How long an idle pull waits for the next message before asking again.
     pub pull_wait: Duration,
 }
 
 impl Default for RunSettings {
     fn default() -> Self {
-        Self { batch_size: 1_000, pull_wait: Duration::from_millis(200) }
+        Self { batch_size: 1_000, pull_wait: Duration::from_secs(1) }
     }
 }
 
@@ -87,9 +87,12 @@ pub async fn run(
     Ok(())
 }
 
-/// One pull of up to `batch_size` messages. While a backlog drains, a no-wait fetch
-/// returns at once with what is there; when idle, the pull waits up to `pull_wait` for
-/// new messages.
+/// One pull. While a backlog drains, a no-wait fetch returns at once with up to
+/// `batch_size` messages. When idle, the pull asks for a single message and returns the
+/// moment it arrives, so a trickle of events becomes visible within one transaction's
+/// time; the next pull is a no-wait fetch again and picks up whatever followed it. (A
+/// waiting pull for a whole batch would hold the first event until the batch filled or
+/// the pull expired.)
 async fn pull(
     consumer: &jetstream::consumer::PullConsumer,
     settings: &RunSettings,
@@ -99,7 +102,7 @@ async fn pull(
     let mut messages = if catching_up {
         consumer.fetch().max_messages(settings.batch_size).messages().await
     } else {
-        consumer.batch().max_messages(settings.batch_size).expires(settings.pull_wait).messages().await
+        consumer.batch().max_messages(1).expires(settings.pull_wait).messages().await
     }
     .map_err(ProjectorError::nats)?;
     let mut batch = Vec::with_capacity(settings.batch_size);

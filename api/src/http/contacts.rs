@@ -5,12 +5,12 @@ use std::sync::Arc;
 use lectern_schema::Contact;
 use poem::web::Data;
 use poem_openapi::param::{Path, Query};
-use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ContactsReader;
 pub use super::collection::NoQuery;
 use super::collection::{list_page, GetError, ListError, ListParams, ListQuery};
+use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
@@ -19,8 +19,9 @@ use crate::error::ApiError;
 use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
 
 /// A page of contacts.
-#[derive(Debug, Object)]
+#[derive(Debug, Object, serde::Serialize)]
 #[oai(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContactList {
     pub data: Vec<Contact>,
     pub page: PageInfo,
@@ -28,8 +29,9 @@ pub struct ContactList {
 }
 
 /// One contact.
-#[derive(Debug, Object)]
+#[derive(Debug, Object, serde::Serialize)]
 #[oai(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContactEnvelope {
     pub data: Contact,
     pub request_id: RequestId,
@@ -76,10 +78,10 @@ impl ContactsApi {
         /// Sort order, always ascending with ties broken by id.
         #[oai(default)]
         sort: Query<SortKey>,
-    ) -> Result<Json<ContactList>, ListError> {
+    ) -> Result<JsonBody<ContactList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
         let (rows, page) = list_page::<Contacts>(&state, &key.0, params).await?;
-        Ok(Json(ContactList {
+        Ok(JsonBody(ContactList {
             data: rows.into_iter().map(Contact::from).collect(),
             page,
             request_id: RequestId::current(),
@@ -98,11 +100,11 @@ impl ContactsApi {
         /// The contact's id.
         #[oai(name = "id")]
         id: Path<RecordId>,
-    ) -> Result<Json<ContactEnvelope>, GetError> {
+    ) -> Result<JsonBody<ContactEnvelope>, GetError> {
         let id = id.0.parse()?;
         let row = contacts::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row =
             row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
-        Ok(Json(ContactEnvelope { data: Contact::from(row), request_id: RequestId::current() }))
+        Ok(JsonBody(ContactEnvelope { data: Contact::from(row), request_id: RequestId::current() }))
     }
 }

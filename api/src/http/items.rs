@@ -5,11 +5,11 @@ use std::sync::Arc;
 use lectern_schema::Item;
 use poem::web::Data;
 use poem_openapi::param::{Path, Query};
-use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ItemsReader;
 use super::collection::{list_page, GetError, ListError, ListParams, ListQuery, NoQuery};
+use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
@@ -18,8 +18,9 @@ use crate::error::ApiError;
 use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
 
 /// A page of items.
-#[derive(Debug, Object)]
+#[derive(Debug, Object, serde::Serialize)]
 #[oai(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ItemList {
     pub data: Vec<Item>,
     pub page: PageInfo,
@@ -27,8 +28,9 @@ pub struct ItemList {
 }
 
 /// One item.
-#[derive(Debug, Object)]
+#[derive(Debug, Object, serde::Serialize)]
 #[oai(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ItemEnvelope {
     pub data: Item,
     pub request_id: RequestId,
@@ -79,11 +81,11 @@ impl ItemsApi {
         /// Sort order, always ascending with ties broken by id.
         #[oai(default)]
         sort: Query<SortKey>,
-    ) -> Result<Json<ItemList>, ListError> {
+    ) -> Result<JsonBody<ItemList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
         let (rows, page) = list_page::<Items>(&state, &key.0, params).await?;
         let data = rows.into_iter().map(served).collect::<Result<Vec<Item>, ApiError>>()?;
-        Ok(Json(ItemList { data, page, request_id: RequestId::current() }))
+        Ok(JsonBody(ItemList { data, page, request_id: RequestId::current() }))
     }
 
     /// Retrieve an active item
@@ -98,10 +100,10 @@ impl ItemsApi {
         /// The item's id.
         #[oai(name = "id")]
         id: Path<RecordId>,
-    ) -> Result<Json<ItemEnvelope>, GetError> {
+    ) -> Result<JsonBody<ItemEnvelope>, GetError> {
         let id = id.0.parse()?;
         let row = items::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row = row.ok_or_else(|| ApiError::NotFound("No active item with this id in this workspace.".to_owned()))?;
-        Ok(Json(ItemEnvelope { data: served(row)?, request_id: RequestId::current() }))
+        Ok(JsonBody(ItemEnvelope { data: served(row)?, request_id: RequestId::current() }))
     }
 }

@@ -7,6 +7,7 @@ pub mod contacts;
 pub mod envelope;
 pub mod items;
 pub mod openapi;
+pub mod payload;
 pub mod request_id;
 pub mod server;
 pub mod strict_query;

@@ -69,7 +69,10 @@ where
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BUFFER))
         .max_headers(limits.max_headers);
-    builder.http2().timer(TokioTimer::new()).max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let stopping = CancellationToken::new();

@@ -7,8 +7,9 @@ use super::cursor::{CursorScope, CursorSigner};
 use super::Keyed;
 
 /// The contract's Page object.
-#[derive(Debug, Object)]
+#[derive(Debug, Object, serde::Serialize)]
 #[oai(rename = "Page", rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PageInfo {
     /// True when another page follows; pass `nextCursor` to get it.
     pub has_more: bool,

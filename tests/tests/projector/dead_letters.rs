@@ -62,6 +62,7 @@ async fn projector_cli(args: &[&str], env: &[(&str, &str)]) -> Run {
         .env_clear()
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "warn")
+        .env("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -41,6 +41,8 @@ pub(crate) fn projector_command(nats_url: &str, database_url: &str) -> Command {
         .env("NATS_URL", nats_url)
         .env("DATABASE_URL", database_url)
         .env("NO_COLOR", "1")
+        // Tests run in parallel: the operations listener must not fight over its default port.
+        .env("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0")
         .kill_on_drop(true);
     command
 }
