@@ -14,6 +14,7 @@ pub mod names {
     pub const HTTP_REQUESTS: &str = "lectern_http_requests_total";
     pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
     pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
+    pub const FIRST_PAGE_CACHE: &str = "lectern_first_page_cache_lookups_total";
     pub const POOL_CONNECTIONS: &str = "lectern_db_pool_connections";
     pub const POOL_MAX: &str = "lectern_db_pool_max_connections";
     pub const RATE_LIMITED: &str = "lectern_rate_limited_total";

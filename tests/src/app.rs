@@ -69,6 +69,7 @@ impl TestApp {
             authenticator: Arc::new(Authenticator::new(pool.clone(), test_pepper(), options.environment)),
             cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
             rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),
+            first_pages: Arc::default(),
         };
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");

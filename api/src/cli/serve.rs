@@ -56,6 +56,7 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         cursors: CursorSigner::new(args.secrets.cursor_secret()?, Duration::from_secs(args.cursor_lifetime_secs)),
         pool: pool.clone(),
         rate_limits: args.rate_limits.limits(),
+        first_pages: Arc::default(),
     };
     let application = Application::build(args.listen, state)
         .await

@@ -28,7 +28,7 @@ impl KindFilter for ContactType {
 }
 
 /// One active contact row.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ContactRow {
     pub id: Uuid,
     pub name: String,

@@ -30,7 +30,7 @@ impl KindFilter for ItemKind {
 }
 
 /// One active item row. Amounts are read as text, so `0.10` stays `0.10`.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ItemRow {
     pub id: Uuid,
     pub name: String,

@@ -23,7 +23,7 @@ pub trait Resource {
     /// newline needs (the index document joins fields with newlines).
     const SEARCH_FIELDS: &'static [&'static str];
     type Kind: KindFilter;
-    type Row: for<'r> FromRow<'r, PgRow> + Keyed + Send + Unpin;
+    type Row: for<'r> FromRow<'r, PgRow> + Keyed + Clone + Send + Sync + Unpin + 'static;
 }
 
 pub async fn fetch_page<R: Resource>(

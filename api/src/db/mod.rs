@@ -2,6 +2,7 @@
 //! queries return row structs and know nothing of HTTP.
 
 pub mod contacts;
+pub mod first_pages;
 pub mod items;
 pub mod listing;
 

@@ -1,5 +1,8 @@
 //! Serving one page of any listed resource: cursor check, query, page assembly.
 
+use std::sync::Arc;
+
+use crate::db::first_pages::PageKey;
 use crate::db::listing::{fetch_page, Resource};
 use crate::error::ApiError;
 use crate::keys::Principal;
@@ -48,8 +51,36 @@ pub async fn list_page<R: Resource>(
             state.cursors.open(token.as_str(), &scope).map_err(|problem| ApiError::invalid("cursor", problem))?;
         request.after = Some(position);
     }
-    let rows = fetch_page::<R>(&state.pool, &request).await?;
+    let rows = if request.after.is_none() && request.search.is_none() {
+        first_page::<R>(state, &request).await?
+    } else {
+        fetch_page::<R>(&state.pool, &request).await?
+    };
     Ok(paginate(rows, request.limit.get(), &state.cursors, &scope))
+}
+
+/// A first page without search: from the cache when the workspace has not changed
+/// since it was read, else from the database (and then cached).
+async fn first_page<R: Resource>(state: &AppState, request: &ListRequest<R::Kind>) -> Result<Vec<R::Row>, ApiError> {
+    use crate::listing::KindFilter;
+
+    let key = PageKey {
+        resource: R::NAME,
+        workspace_id: request.workspace_id,
+        kind: request.kind.as_str(),
+        sort: request.sort,
+        limit: u16::try_from(request.limit.get()).unwrap_or(u16::MAX),
+    };
+    if let Some(rows) = state.first_pages.get::<R::Row>(&key) {
+        metrics::counter!(crate::operations::names::FIRST_PAGE_CACHE, "result" => "hit").increment(1);
+        return Ok(rows.as_ref().clone());
+    }
+    metrics::counter!(crate::operations::names::FIRST_PAGE_CACHE, "result" => "miss").increment(1);
+    let ticket = state.first_pages.ticket(request.workspace_id);
+    let rows = fetch_page::<R>(&state.pool, request).await?;
+    let rows = Arc::new(rows);
+    state.first_pages.put(key, ticket, rows.clone());
+    Ok(Arc::unwrap_or_clone(rows))
 }
 
 error_responses! {

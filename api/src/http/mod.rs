@@ -27,6 +27,7 @@ use poem_openapi::registry::MetaSchema;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::db::first_pages::FirstPages;
 use crate::error::ApiError;
 use crate::keys::Authenticator;
 use crate::listing::cursor::CursorSigner;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub authenticator: Arc<Authenticator>,
     pub cursors: CursorSigner,
     pub rate_limits: RateLimits,
+    /// Unchanged first pages, evicted by the read model's change notifications.
+    pub first_pages: Arc<FirstPages>,
 }
 
 /// A record id as it arrives in a path, checked by [`RecordId::parse`].
@@ -124,6 +127,7 @@ impl Application {
         let authenticator = self.state.authenticator.clone();
         let listener = tokio::spawn(authenticator.clone().follow_key_changes());
         let flusher = tokio::spawn(authenticator.clone().flush_last_used_periodically());
+        let change_follower = tokio::spawn(self.state.first_pages.clone().follow_changes(self.state.pool.clone()));
         let state = self.state.clone();
         let forgetter = tokio::spawn(async move {
             let mut every_minute = tokio::time::interval(Duration::from_secs(60));
@@ -136,6 +140,7 @@ impl Application {
         listener.abort();
         flusher.abort();
         forgetter.abort();
+        change_follower.abort();
         authenticator.flush_last_used().await;
         result
     }

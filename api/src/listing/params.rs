@@ -53,7 +53,7 @@ pub(crate) use query_param_type;
 macro_rules! query_enum {
     ($(#[$meta:meta])* $name:ident { $first:ident = $first_text:literal $(, $variant:ident = $text:literal)* $(,)? }) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
         pub enum $name {
             #[default]
             $first,

@@ -10,6 +10,7 @@
 mod auth;
 mod cli;
 mod contract;
+mod first_pages;
 mod items;
 mod listing;
 mod openapi;

@@ -14,10 +14,10 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::{Layer, Registry};
 
 #[derive(Clone, Default)]
-struct Statements(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Statements(Arc<Mutex<Vec<String>>>);
 
 impl Statements {
-    fn take(&self) -> Vec<String> {
+    pub(crate) fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 }
@@ -48,7 +48,7 @@ impl<S: tracing::Subscriber> Layer<S> for Recorder {
 }
 
 /// Records the statements sent while the returned guard lives (on this thread).
-fn record_statements() -> (Statements, tracing::subscriber::DefaultGuard) {
+pub(crate) fn record_statements() -> (Statements, tracing::subscriber::DefaultGuard) {
     let statements = Statements::default();
     let recorder =
         Recorder(statements.clone()).with_filter(Targets::new().with_target("sqlx::query", tracing::Level::TRACE));
