@@ -3,6 +3,7 @@
 mod auth;
 mod caller;
 mod collection;
+mod compression;
 pub mod contacts;
 pub mod envelope;
 pub mod items;
@@ -20,8 +21,7 @@ use std::time::Duration;
 
 use lectern_schema::ops::server::{liveness_response, readiness_response};
 use poem::endpoint::{make, make_sync};
-use poem::middleware::Compression;
-use poem::web::{CompressionAlgo, Html};
+use poem::web::Html;
 use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::registry::MetaSchema;
 use sqlx::PgPool;
@@ -94,7 +94,7 @@ pub fn app(state: Arc<AppState>) -> impl Endpoint {
         )
         .data(state)
         .around(envelope::envelope)
-        .with(Compression::new().algorithms([CompressionAlgo::BR, CompressionAlgo::GZIP]))
+        .around(compression::compress)
 }
 
 /// A bound, not yet running server (zero2prod's shape: build, inspect the port, run).
