@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck};
+use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
 
 use crate::db;
@@ -24,9 +24,10 @@ pub mod names {
 /// Ready when a statement runs and every migration this build knows is applied
 /// (a newer schema from a later release is fine: migrations only add).
 pub async fn readiness(pool: &PgPool) -> Result<(), Problems> {
-    let applied: Vec<i64> = sqlx::query_scalar("select version from _sqlx_migrations where success")
-        .fetch_all(pool)
+    let query = sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(pool);
+    let applied: Vec<i64> = tokio::time::timeout(DEPENDENCY_TIMEOUT, query)
         .await
+        .map_err(|_| vec![format!("PostgreSQL did not answer within {DEPENDENCY_TIMEOUT:?}")])?
         .map_err(|error| vec![describe_database_problem(&error)])?;
     let missing: Vec<String> = db::MIGRATOR
         .iter()

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_nats::connection::State;
-use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck};
+use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
 
 /// Ready when the NATS connection is up and PostgreSQL answers a statement.
@@ -13,8 +13,10 @@ pub async fn readiness(client: &async_nats::Client, pool: &PgPool) -> Result<(),
     if client.connection_state() != State::Connected {
         problems.push(format!("not connected to NATS (connection {})", describe(client.connection_state())));
     }
-    if let Err(error) = sqlx::query("select 1").execute(pool).await {
-        problems.push(format!("PostgreSQL is unreachable: {error}"));
+    match tokio::time::timeout(DEPENDENCY_TIMEOUT, sqlx::query("select 1").execute(pool)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => problems.push(format!("PostgreSQL is unreachable: {error}")),
+        Err(_) => problems.push(format!("PostgreSQL is unreachable: no answer within {DEPENDENCY_TIMEOUT:?}")),
     }
     if problems.is_empty() {
         Ok(())

@@ -16,15 +16,32 @@ pub const TIMESTAMP_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(DateTime<Utc>);
 
-/// Why a text is not an RFC 3339 instant.
+/// Why a text is not an instant the contract can carry.
 #[derive(Debug, thiserror::Error)]
-#[error("not an RFC 3339 date-time with a time zone: {0}")]
-pub struct TimestampError(#[from] chrono::ParseError);
+pub enum TimestampError {
+    #[error("not an RFC 3339 date-time with a time zone: {0}")]
+    Syntax(#[from] chrono::ParseError),
+    /// The contract renders four-digit years in UTC: 0000 to 9999.
+    #[error("{0} is outside the years 0000 to 9999 in UTC")]
+    OutOfRange(String),
+}
 
 impl Timestamp {
     /// Reads any RFC 3339 instant, whatever its offset, as UTC.
     pub fn parse(text: &str) -> Result<Self, TimestampError> {
-        Ok(Self(DateTime::parse_from_rfc3339(text)?.with_timezone(&Utc)))
+        let at = DateTime::parse_from_rfc3339(text)?.with_timezone(&Utc);
+        if Self::renderable(&at) {
+            Ok(Self(at))
+        } else {
+            Err(TimestampError::OutOfRange(text.to_owned()))
+        }
+    }
+
+    /// Whether `at` renders in the contract's format (a four-digit UTC year); an offset
+    /// can push an instant written as year 9999 or 0000 out of that range.
+    pub fn renderable(at: &DateTime<Utc>) -> bool {
+        use chrono::Datelike;
+        (0..=9999).contains(&at.year())
     }
 
     /// The instant with its full precision, for keyset positions.

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -122,7 +121,7 @@ impl FirstPages {
     }
 
     async fn listen_until_disconnected(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
-        let mut listener = PgListener::connect_with(pool).await?;
+        let mut listener = crate::db::listener(pool).await?;
         listener.listen(CHANGES_CHANNEL).await?;
         // Anything cached before this point may have missed a notification.
         self.forget_everything();

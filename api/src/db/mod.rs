@@ -43,6 +43,13 @@ pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Err
         .connect_lazy_with(options))
 }
 
+/// A LISTEN connection for `pool`'s database, outside `pool`: a listener holds its
+/// connection for good, and must not shrink the pool requests borrow from.
+pub async fn listener(pool: &PgPool) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
+    let own = PgPoolOptions::new().max_connections(1).connect_lazy_with((*pool.connect_options()).clone());
+    sqlx::postgres::PgListener::connect_with(&own).await
+}
+
 /// Creates the database named in `url` if it does not exist yet (first run on a
 /// fresh machine), then applies every pending migration.
 pub async fn create_and_migrate(url: &str) -> Result<(), sqlx::Error> {

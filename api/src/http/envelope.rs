@@ -13,6 +13,7 @@ use poem_openapi::Object;
 
 use super::caller::{self, Caller};
 use super::request_id::RequestId;
+use super::server::MAX_HEAD_BYTES;
 use crate::error::{code_for_status, ApiError, ErrorCode};
 
 /// The body of every error response.
@@ -93,8 +94,9 @@ pub(crate) use error_responses;
 
 /// Wraps the whole application: request id in, envelope and `X-Request-Id` out,
 /// panics caught, one log line per request.
-pub async fn envelope<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Result<Response> {
+pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem::Result<Response> {
     let started = Instant::now();
+    keep_undecodable_path_literal(&mut request);
     let request_id = request
         .headers()
         .get("x-request-id")
@@ -105,6 +107,16 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Res
     let route = crate::operations::route_of(request.uri().path());
 
     let (outcome, caller) = caller::scope(request_id.clone().scope(async {
+        if head_size(&request) > MAX_HEAD_BYTES {
+            return json_response(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                &ErrorResponse::from_status(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    format!("The request line and headers take more than {MAX_HEAD_BYTES} bytes."),
+                    None,
+                ),
+            );
+        }
         let result = AssertUnwindSafe(inner.call(request)).catch_unwind().await;
         match result {
             Ok(Ok(response)) => response.into_response(),
@@ -148,6 +160,35 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Res
         "request"
     );
     Ok(response)
+}
+
+/// Bytes of the request line and headers, as sent.
+fn head_size(request: &Request) -> usize {
+    let line = request.method().as_str().len() + request.original_uri().to_string().len() + 12;
+    request.headers().iter().fold(line, |size, (name, value)| size + name.as_str().len() + value.len() + 4)
+}
+
+/// A path whose percent-escapes do not decode to UTF-8 (`/v1/contacts/%FF`) would be
+/// refused by the router before authentication, breaking the order of checks. Escaping
+/// its `%` signs hands the handler the literal text instead, which then fails the id's
+/// own check (400 naming `id`) after the key and scope checks.
+fn keep_undecodable_path_literal(request: &mut Request) {
+    let path = request.uri().path();
+    if !path.contains('%') || percent_encoding::percent_decode_str(path).decode_utf8().is_ok() {
+        return;
+    }
+    let escaped = path.replace('%', "%25");
+    let path_and_query = match request.uri().query() {
+        Some(query) => format!("{escaped}?{query}"),
+        None => escaped,
+    };
+    let mut parts = request.uri().clone().into_parts();
+    if let Ok(rebuilt) = path_and_query.parse() {
+        parts.path_and_query = Some(rebuilt);
+        if let Ok(uri) = poem::http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
 }
 
 /// Every authenticated response states the key's standing; a 429 says when to retry.

@@ -20,6 +20,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// Bytes a request line plus headers may take. The envelope refuses larger heads with
+/// a 431 in the contract's error shape; the connection layer reads up to four times as
+/// much before it must cut the request off with a bare 431 of its own.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
 /// What one server will put up with.
 #[derive(Clone, Copy, Debug)]
 pub struct ServerLimits {
@@ -27,7 +32,7 @@ pub struct ServerLimits {
     pub max_connections: usize,
     /// Time a client has to send a request's line and headers.
     pub header_read_timeout: Duration,
-    /// Bytes a request line plus headers may take (HTTP/1.1: answered 431 past it).
+    /// Bytes of request head the connection layer buffers (HTTP/1.1: a bare 431 past it).
     pub max_header_bytes: usize,
     /// Headers a request may carry (HTTP/1.1).
     pub max_headers: usize,
@@ -40,7 +45,7 @@ impl Default for ServerLimits {
         Self {
             max_connections: 4_096,
             header_read_timeout: Duration::from_secs(10),
-            max_header_bytes: 16 * 1024,
+            max_header_bytes: 4 * MAX_HEAD_BYTES,
             max_headers: 64,
             grace_period: Duration::from_secs(10),
         }

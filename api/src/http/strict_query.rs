@@ -94,6 +94,10 @@ fn problems(request: &Request, allowed: &[Parameter]) -> Vec<String> {
         }
         seen.push(known);
         match decode(raw_value) {
+            None if known == "cursor" => problems.push(
+                "cursor: is not a cursor issued by this API (not valid UTF-8); start a new traversal without `cursor`"
+                    .to_owned(),
+            ),
             None => problems.push(format!("{known}: value is not valid UTF-8")),
             Some(value) => {
                 if let Err(problem) = check(&value) {

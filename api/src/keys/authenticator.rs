@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -181,7 +180,7 @@ impl Authenticator {
     }
 
     async fn listen_until_disconnected(&self) -> Result<(), sqlx::Error> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
+        let mut listener = crate::db::listener(&self.pool).await?;
         listener.listen(KEY_CHANGES_CHANNEL).await?;
         // Anything cached before this point may have missed a notification.
         self.forget_everything();

@@ -107,10 +107,18 @@ impl CursorSigner {
             (0, SortKey::CreatedAt) => {
                 let micros = i64::from_be_bytes(key.try_into().map_err(|_| CursorError::Malformed)?);
                 let at = DateTime::from_timestamp_micros(micros).ok_or(CursorError::Malformed)?;
+                // No record has such an instant; PostgreSQL would refuse to compare it.
+                if !lectern_schema::Timestamp::renderable(&at) {
+                    return Err(CursorError::Malformed);
+                }
                 Ok(Position::CreatedAt { at, id })
             }
             (1, SortKey::Name) => {
                 let name = String::from_utf8(key.to_vec()).map_err(|_| CursorError::Malformed)?;
+                // PostgreSQL text cannot hold NUL, so no record has such a name.
+                if name.contains('\0') {
+                    return Err(CursorError::Malformed);
+                }
                 Ok(Position::Name { name, id })
             }
             _ => Err(CursorError::Mismatch),

@@ -206,8 +206,9 @@ query_param_type!(
 pub struct CursorToken(String);
 
 impl CursorToken {
-    /// Far above any cursor this API issues; longer input is refused before decoding.
-    pub const MAX_LEN: usize = 2048;
+    /// Longer input is refused before decoding. A `sort=name` cursor carries the
+    /// name, so this admits names up to about 6 KB (the request head may take 16 KiB).
+    pub const MAX_LEN: usize = 8192;
 
     pub fn as_str(&self) -> &str {
         &self.0

@@ -54,6 +54,9 @@ pub type BeforeScrape = Arc<dyn Fn() + Send + Sync>;
 /// How long a readiness probe may take before it counts as "not ready": an orchestrator
 /// must get an answer, never a hang.
 pub const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
+/// What a single dependency check inside a readiness probe may take: shorter than the
+/// probe's own limit, so the answer can still name the dependency that did not answer.
+pub const DEPENDENCY_TIMEOUT: Duration = Duration::from_millis(1_500);
 
 /// Answers a readiness probe: 200 `{"status":"ready"}` or 503 with the problems.
 pub async fn readiness_response(check: &ReadinessCheck) -> Response {
