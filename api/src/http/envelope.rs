@@ -142,6 +142,10 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
         headers.insert("x-request-id", value);
     }
     let status = response.status();
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        // RFC 9110: a 405 names the methods the resource supports; every route is read-only.
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
     if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
