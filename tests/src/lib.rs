@@ -12,6 +12,7 @@
 //! - [`nats`]: a private nats-server with JetStream per test.
 //! - [`projector`]: the projector's run loop in-process, and publishing events.
 //! - [`process`]: a long-running binary under test, its logs and its SIGTERM.
+//! - [`postgres`]: a private PostgreSQL server per test, to stop, crash and restart.
 
 #![allow(
     clippy::expect_used,
@@ -23,6 +24,7 @@ pub mod app;
 pub mod binaries;
 pub mod database;
 pub mod nats;
+pub mod postgres;
 pub mod process;
 pub mod projector;
 pub mod seed;

@@ -135,7 +135,11 @@ impl Service {
         let status = tokio::time::timeout(within, self.child.wait())
             .await
             .unwrap_or_else(|_| {
-                panic!("the process did not end within {within:?}\nstdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr())
+                panic!(
+                    "the process did not end within {within:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout(),
+                    self.stderr()
+                )
             })
             .expect("wait for the process");
         for reader in self.readers.drain(..) {
@@ -221,17 +225,16 @@ impl Metrics {
         self.samples
             .iter()
             .filter(|sample| sample.name == name)
-            .filter(|sample| labels.iter().all(|(key, value)| sample.labels.get(*key).map(String::as_str) == Some(*value)))
+            .filter(|sample| {
+                labels.iter().all(|(key, value)| sample.labels.get(*key).map(String::as_str) == Some(*value))
+            })
             .collect()
     }
 
     /// The value of the one sample named `name` whose labels are exactly `labels`.
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let found: Vec<&Sample> = self
-            .matching(name, labels)
-            .into_iter()
-            .filter(|sample| sample.labels.len() == labels.len())
-            .collect();
+        let found: Vec<&Sample> =
+            self.matching(name, labels).into_iter().filter(|sample| sample.labels.len() == labels.len()).collect();
         assert!(found.len() <= 1, "more than one sample {name}{labels:?}:\n{}", self.text);
         found.first().map(|sample| sample.value)
     }

@@ -13,4 +13,5 @@ mod convergence;
 mod dead_letters;
 mod demo;
 mod end_to_end;
+mod operations;
 mod process;

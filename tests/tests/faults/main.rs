@@ -1,0 +1,21 @@
+//! Lectern under load, faults and hostile input: its own PostgreSQL stopped, slowed,
+//! saturated and crashed under the API; NATS gone under the projector; hostile TCP
+//! clients against the real `lectern-api serve`; and schemathesis generating thousands
+//! of requests from the served OpenAPI document.
+//!
+//! Each test that breaks a database has a private PostgreSQL server of its own
+//! ([`lectern_tests::postgres::TestPostgres`]): the shared one is never touched.
+//! Timeouts are generous (the machine is small and shared with other suites): they
+//! catch hangs, never measure speed.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "in tests, a failed expectation is the test failing, with its message"
+)]
+
+mod connections;
+mod database;
+mod nats;
+mod schemathesis;
+mod support;

@@ -1,0 +1,253 @@
+//! What operators see of `lectern-projector run`: its operations listener (liveness,
+//! readiness that follows NATS and PostgreSQL, Prometheus metrics of what it applied),
+//! the `healthcheck` probe against it, and a clean stop on SIGTERM. Each test runs the
+//! real binary against its own nats-server and database.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use lectern_projector::stream::{CONSUMER, STREAM};
+use lectern_tests::binaries::{lectern_projector, Run};
+use lectern_tests::nats::{free_port, TestNats};
+use lectern_tests::process::{run_to_end, Ended, Metrics, Service};
+use lectern_tests::projector::{contact_event, eventually, publish, publish_raw};
+use lectern_tests::{Reply, TestDatabase};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// How long the binary may take to start, catch up, notice an outage or stop.
+const WITHIN: Duration = Duration::from_secs(60);
+
+const APPLIED: &str = "lectern_projector_events_applied_total";
+const DEAD_LETTERED: &str = "lectern_projector_events_dead_lettered_total";
+const BATCH_SIZE: &str = "lectern_projector_batch_size";
+const APPLY_DURATION: &str = "lectern_projector_apply_duration_seconds";
+const LAG: &str = "lectern_projector_consumer_lag";
+
+/// `lectern-projector run` with its operations listener on a free port.
+struct Projector {
+    service: Service,
+    operations: String,
+    http: reqwest::Client,
+}
+
+impl Projector {
+    async fn start(nats_url: &str, database_url: &str) -> Self {
+        let env = [("NATS_URL", nats_url), ("DATABASE_URL", database_url)];
+        let mut service = Service::spawn(&lectern_projector(), &["run", "--metrics-listen", "127.0.0.1:0"], &env);
+        let operations = service.logged_field(WITHIN, "operations listener ready", "metrics").await;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("client");
+        Self { service, operations, http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.operations)
+    }
+
+    /// The answer to `path` on the operations address, or `None` while it does not answer.
+    async fn try_get(&self, path: &str) -> Option<Reply> {
+        match self.http.get(self.url(path)).send().await {
+            Ok(response) => Some(Reply::read(response).await),
+            Err(_) => None,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        self.try_get(path)
+            .await
+            .unwrap_or_else(|| panic!("{} does not answer\n{}", self.url(path), self.service.stderr()))
+    }
+
+    /// Waits until `/readyz` answers `status`; returns that answer.
+    async fn wait_for_readiness(&self, status: u16) -> Reply {
+        let reached =
+            eventually(WITHIN, || async { self.try_get("/readyz").await.is_some_and(|reply| reply.status == status) })
+                .await;
+        let last = self.try_get("/readyz").await;
+        assert!(reached, "/readyz never answered {status}; last answer {last:?}\nlog:\n{}", self.service.stderr());
+        last.expect("/readyz answers")
+    }
+
+    async fn metrics(&self) -> Metrics {
+        let reply = self.get("/metrics").await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        Metrics::parse(&reply.text)
+    }
+
+    /// `lectern-projector healthcheck --url <operations>/readyz`.
+    async fn healthcheck(&self) -> Run {
+        healthcheck(&self.url("/readyz")).await
+    }
+
+    async fn stop(self) -> Ended {
+        let ended = self.service.terminate(WITHIN).await;
+        assert_eq!(ended.code, Some(0), "SIGTERM did not end the projector with exit 0:\n{}", ended.stderr);
+        ended
+    }
+}
+
+async fn healthcheck(url: &str) -> Run {
+    run_to_end(&lectern_projector(), &["healthcheck", "--url", url], &[], WITHIN).await
+}
+
+/// Whether every message published so far was applied, committed and acknowledged.
+async fn all_acknowledged(client: &async_nats::Client) -> bool {
+    let Ok(mut stream) = jetstream::new(client.clone()).get_stream(STREAM).await else { return false };
+    let Ok(last_sequence) = stream.info().await.map(|info| info.state.last_sequence) else { return false };
+    let Ok(consumer) = stream.consumer_info(CONSUMER).await else { return false };
+    consumer.num_pending == 0 && consumer.num_ack_pending == 0 && consumer.ack_floor.stream_sequence == last_sequence
+}
+
+fn item_created(workspace: Uuid, id: Uuid, name: &str) -> Value {
+    json!({
+        "eventId": Uuid::new_v4(),
+        "type": "item.created",
+        "workspaceId": workspace,
+        "entityId": id,
+        "version": 1,
+        "occurredAt": "2026-11-21T10:15:30.120Z",
+        "data": {
+            "name": name, "sku": null, "description": null, "type": "service", "unit": "hour",
+            "salePrice": { "amount": "120.00", "currency": "EUR" }, "purchasePrice": null,
+            "createdAt": "2025-03-01T08:00:00.000Z"
+        }
+    })
+}
+
+#[tokio::test]
+async fn the_projector_answers_healthz_200_and_readyz_200_once_connected() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let projector = Projector::start(&nats.url, &db.url).await;
+
+    let ready = projector.wait_for_readiness(200).await;
+    let live = projector.get("/healthz").await;
+
+    assert_eq!(ready.body, json!({ "status": "ready" }));
+    assert_eq!((live.status, live.body), (200, json!({ "status": "alive" })));
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn the_projector_counts_applied_events_by_type_dead_letters_by_entity_and_batches_until_lag_is_0() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let projector = Projector::start(&nats.url, &db.url).await;
+    let client = nats.client().await;
+    let workspace = Uuid::new_v4();
+    let contacts: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
+
+    for (index, id) in contacts.iter().enumerate() {
+        publish(&client, &contact_event("created", workspace, *id, 1, &format!("Contact {index}"))).await;
+    }
+    publish(&client, &contact_event("updated", workspace, contacts[0], 2, "Contact 0, renamed")).await;
+    for index in 0..2 {
+        publish(&client, &item_created(workspace, Uuid::new_v4(), &format!("Item {index}"))).await;
+    }
+    publish_raw(&client, &format!("changes.{workspace}.contacts.{}", Uuid::new_v4()), b"not json".to_vec()).await;
+    let drained = eventually(WITHIN, || all_acknowledged(&client)).await;
+    assert!(drained, "the projector did not acknowledge all 7 messages\n{}", projector.service.stderr());
+    let lag_is_zero = eventually(WITHIN, || async { projector.metrics().await.value(LAG, &[]) == Some(0.0) }).await;
+    let metrics = projector.metrics().await;
+
+    assert!(lag_is_zero, "consumer lag never went back to 0:\n{}", metrics.text);
+    assert_eq!(metrics.value(APPLIED, &[("type", "contact.created")]), Some(3.0), "{}", metrics.text);
+    assert_eq!(metrics.value(APPLIED, &[("type", "contact.updated")]), Some(1.0), "{}", metrics.text);
+    assert_eq!(metrics.value(APPLIED, &[("type", "item.created")]), Some(2.0), "{}", metrics.text);
+    assert_eq!(metrics.label_sets(APPLIED).len(), 3, "no other event types: {}", metrics.text);
+    assert_eq!(metrics.value(DEAD_LETTERED, &[("entity", "contacts")]), Some(1.0), "{}", metrics.text);
+    assert_eq!(metrics.label_sets(DEAD_LETTERED).len(), 1, "{}", metrics.text);
+    // Every message was in exactly one committed batch.
+    assert_eq!(metrics.value(&format!("{BATCH_SIZE}_sum"), &[]), Some(7.0), "{}", metrics.text);
+    let batches = metrics.value(&format!("{BATCH_SIZE}_count"), &[]).expect("batch size count");
+    assert!((1.0..=7.0).contains(&batches), "{}", metrics.text);
+    assert!(metrics.matching(&format!("{BATCH_SIZE}_bucket"), &[]).len() > 2, "{}", metrics.text);
+    assert_eq!(metrics.value(&format!("{APPLY_DURATION}_count"), &[]), Some(batches), "{}", metrics.text);
+    assert!(metrics.matching(&format!("{APPLY_DURATION}_bucket"), &[("le", "+Inf")]).len() == 1, "{}", metrics.text);
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn the_projector_is_not_ready_while_nats_is_down_and_ready_again_once_it_is_back() {
+    let mut nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let projector = Projector::start(&nats.url, &db.url).await;
+    projector.wait_for_readiness(200).await;
+    projector.healthcheck().await.assert_success();
+
+    nats.stop();
+    let down = projector.wait_for_readiness(503).await;
+    let probe_while_down = projector.healthcheck().await;
+    let live_while_down = projector.get("/healthz").await;
+    nats.restart().await;
+    let back = projector.wait_for_readiness(200).await;
+    let probe_when_back = projector.healthcheck().await;
+
+    assert_eq!(down.body["status"], "not ready", "{}", down.text);
+    let problems = down.body["problems"].to_string();
+    assert!(problems.contains("NATS"), "the problem names NATS: {problems}");
+    assert!(
+        probe_while_down.code.is_some_and(|code| code != 0),
+        "healthcheck passed while not ready: {probe_while_down:#?}"
+    );
+    probe_while_down.assert_no_panic();
+    assert_eq!(live_while_down.status, 200, "the process is alive while NATS is down");
+    assert_eq!(back.body, json!({ "status": "ready" }));
+    probe_when_back.assert_success();
+    projector.stop().await;
+}
+
+/// A projector whose database is a port where nothing listens.
+async fn projector_without_postgresql(nats: &TestNats) -> Projector {
+    Projector::start(&nats.url, &format!("postgres://postgres@127.0.0.1:{}/lectern", free_port())).await
+}
+
+#[tokio::test]
+async fn the_projector_is_not_ready_while_postgresql_is_unreachable() {
+    let nats = TestNats::start().await;
+    let projector = projector_without_postgresql(&nats).await;
+
+    let reply = projector.wait_for_readiness(503).await;
+    let probe = projector.healthcheck().await;
+
+    assert_eq!(reply.body["status"], "not ready", "{}", reply.text);
+    assert!(probe.code.is_some_and(|code| code != 0), "healthcheck passed while not ready: {probe:#?}");
+    probe.assert_no_panic();
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn the_projectors_readiness_names_postgresql_as_the_problem_when_it_is_unreachable() {
+    let nats = TestNats::start().await;
+    let projector = projector_without_postgresql(&nats).await;
+
+    let reply = projector.wait_for_readiness(503).await;
+
+    let problems = reply.body["problems"].to_string();
+    assert!(problems.contains("PostgreSQL"), "an operator must learn which dependency is down: {problems}");
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn the_projector_healthcheck_fails_against_a_closed_port() {
+    let url = format!("http://127.0.0.1:{}/readyz", free_port());
+
+    let run = healthcheck(&url).await;
+
+    run.assert_one_line_error(Some(1), &[&url]);
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_projector_with_exit_0_and_closes_its_operations_address() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let projector = Projector::start(&nats.url, &db.url).await;
+    projector.wait_for_readiness(200).await;
+    let operations = projector.operations.clone();
+
+    let ended = projector.stop().await;
+
+    assert!(ended.stderr.contains("projector stopped"), "{}", ended.stderr);
+    assert!(!ended.stderr.contains("panicked"), "{}", ended.stderr);
+    assert!(tokio::net::TcpStream::connect(&operations).await.is_err(), "{operations} still accepts connections");
+}

@@ -1,0 +1,157 @@
+//! What `dev` brings up: a migrated database, the demo data served over HTTP with the
+//! key it prints, health and readiness on both addresses, a passing `healthcheck`.
+
+use std::collections::BTreeSet;
+
+use lectern_api::db::MIGRATOR;
+use lectern_projector::demo::{demo_events, expected_active_counts, DEMO_WORKSPACE};
+use lectern_schema::events::EntityKind;
+use lectern_tests::binaries::lectern_api;
+use lectern_tests::nats::{free_port, TestNats};
+use lectern_tests::process::run_to_end;
+use lectern_tests::Reply;
+use serde_json::json;
+
+use crate::support::{
+    active_ids, connect, database_exists, ids, inactive_ids, missing_database, served, Dev, PROCESS_TIMEOUT,
+};
+
+#[tokio::test]
+async fn dev_creates_the_database_when_it_is_missing_and_applies_every_migration() {
+    let nats = TestNats::start().await;
+    let (url, name) = missing_database();
+    assert!(!database_exists(&name).await, "the database must not exist before dev runs");
+
+    let dev = Dev::start(&url, &nats.url).await;
+
+    assert!(database_exists(&name).await, "dev did not create {name}");
+    let applied: Vec<i64> = sqlx::query_scalar("select version from _sqlx_migrations where success order by version")
+        .fetch_all(&connect(&url).await)
+        .await
+        .expect("read the applied migrations");
+    let known: Vec<i64> = MIGRATOR.iter().map(|migration| migration.version).collect();
+    assert_eq!(applied, known);
+    dev.stop().await;
+}
+
+#[tokio::test]
+async fn dev_serves_every_active_demo_record_and_no_archived_one_to_the_key_it_prints() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let app = dev.printed.app(connect(&url).await);
+    let key = dev.printed.key.clone();
+    let expected = expected_active_counts(&demo_events(DEMO_WORKSPACE));
+
+    let contacts = served(&app, &key, "/v1/contacts?limit=100").await;
+    let items = served(&app, &key, "/v1/items?limit=100").await;
+
+    assert_eq!(dev.printed.demo, "published now", "{:?}", dev.printed);
+    assert_eq!((dev.printed.contacts, dev.printed.items), (expected.contacts, expected.items), "printed counts");
+    assert_eq!((contacts.len(), items.len()), (expected.contacts, expected.items), "served counts");
+    assert_eq!(ids(&contacts), active_ids(EntityKind::Contact), "the active demo contacts, each once");
+    assert_eq!(ids(&items), active_ids(EntityKind::Item), "the active demo items, each once");
+    let archived_contacts = inactive_ids(EntityKind::Contact);
+    let archived_items = inactive_ids(EntityKind::Item);
+    assert!(!archived_contacts.is_empty() && !archived_items.is_empty(), "the demo archives and deletes records");
+    for id in &archived_contacts {
+        app.get(&key, &format!("/v1/contacts/{id}")).await.assert_error(404, "NOT_FOUND");
+    }
+    for id in &archived_items {
+        app.get(&key, &format!("/v1/items/{id}")).await.assert_error(404, "NOT_FOUND");
+    }
+    dev.stop().await;
+}
+
+#[tokio::test]
+async fn dev_demo_records_are_realistic_with_items_priced_in_several_currencies() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let app = dev.printed.app(connect(&url).await);
+
+    let items = served(&app, &dev.printed.key, "/v1/items?limit=100").await;
+    let contacts = served(&app, &dev.printed.key, "/v1/contacts?limit=100").await;
+
+    let currencies: BTreeSet<&str> = items
+        .iter()
+        .flat_map(|item| [&item["salePrice"], &item["purchasePrice"]])
+        .filter_map(|price| price["currency"].as_str())
+        .collect();
+    assert!(currencies.len() >= 3, "items are priced in several currencies: {currencies:?}");
+    let types: BTreeSet<&str> = items.iter().filter_map(|item| item["type"].as_str()).collect();
+    assert_eq!(types, BTreeSet::from(["product", "service"]));
+    let names: BTreeSet<&str> = contacts.iter().filter_map(|contact| contact["name"].as_str()).collect();
+    assert!(names.len() * 10 >= contacts.len() * 9, "contact names are varied: {} of {}", names.len(), contacts.len());
+    assert!(contacts.iter().any(|contact| contact["email"].is_string()), "some contacts have an email");
+    assert!(contacts.iter().any(|contact| contact["isSupplier"] == true), "some contacts are suppliers");
+    dev.stop().await;
+}
+
+#[tokio::test]
+async fn dev_answers_healthz_and_readyz_on_the_public_and_the_operations_address() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let http = reqwest::Client::new();
+
+    for base in [dev.printed.api_url(""), dev.printed.operations_url("")] {
+        let live = Reply::read(http.get(format!("{base}/healthz")).send().await.expect("healthz")).await;
+        let ready = Reply::read(http.get(format!("{base}/readyz")).send().await.expect("readyz")).await;
+
+        assert_eq!((live.status, &live.body), (200, &json!({ "status": "alive" })), "{base}");
+        assert_eq!((ready.status, &ready.body), (200, &json!({ "status": "ready" })), "{base}");
+    }
+    dev.stop().await;
+}
+
+#[tokio::test]
+async fn dev_operations_address_serves_the_metrics_of_both_the_api_and_the_projector() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let app = dev.printed.app(connect(&url).await);
+    app.get(&dev.printed.key, "/v1/contacts?limit=1").await.assert_ok();
+
+    let metrics =
+        reqwest::get(dev.printed.operations_url("/metrics")).await.expect("scrape").text().await.expect("text");
+
+    assert!(metrics.contains("lectern_http_requests_total"), "{metrics}");
+    assert!(metrics.contains("lectern_projector_events_applied_total"), "{metrics}");
+    dev.stop().await;
+}
+
+#[tokio::test]
+async fn healthcheck_exits_0_against_dev_readyz_and_non_zero_against_a_closed_port() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let healthcheck = |url: String| async move {
+        run_to_end(&lectern_api(), &["healthcheck", "--url", &url], &[], PROCESS_TIMEOUT).await
+    };
+
+    let public = healthcheck(dev.printed.api_url("/readyz")).await;
+    let operations = healthcheck(dev.printed.operations_url("/readyz")).await;
+    let closed = healthcheck(format!("http://127.0.0.1:{}/readyz", free_port())).await;
+
+    public.assert_success();
+    operations.assert_success();
+    closed.assert_one_line_error(Some(1), &["127.0.0.1"]);
+    dev.stop().await;
+}
+
+#[tokio::test]
+async fn dev_shows_its_key_only_on_stdout_never_in_its_logs() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let key = dev.printed.key.clone();
+    let app = dev.printed.app(connect(&url).await);
+    app.get(&key, "/v1/contacts?limit=1").await.assert_ok();
+
+    let ended = dev.stop().await;
+
+    let secret = key.rsplit('_').next().expect("the key's secret");
+    assert!(ended.stdout.contains(&key), "the newcomer is shown the key");
+    assert!(!ended.stderr.contains(secret), "the key's secret is in the logs:\n{}", ended.stderr);
+}
