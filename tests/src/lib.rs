@@ -21,6 +21,7 @@
 )]
 
 pub mod app;
+pub mod bench;
 pub mod binaries;
 pub mod database;
 pub mod nats;

@@ -1,0 +1,145 @@
+//! Publish→visible latency at a steady rate: `contact.updated` events (version 2 of
+//! distinct contacts) published on a fixed schedule while a poller asks PostgreSQL,
+//! every few milliseconds, which of the outstanding rows already show version 2. An
+//! event counts as visible at the start of the first poll that sees it (the poll's
+//! snapshot was taken then), so the figure is an upper bound within one poll period.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::plan::{Entity, Plan, Record};
+use super::prng::Prng;
+use super::publish::Publisher;
+use super::records::contact;
+use super::Result;
+
+type Outstanding = Arc<Mutex<HashMap<(Uuid, Uuid), Instant>>>;
+type Seen = Vec<(Instant, Duration)>;
+
+pub struct Latency {
+    /// (published, ms after the start; visible, ms after publishing) per event seen.
+    pub samples: Vec<(f64, f64)>,
+    pub sent: usize,
+    pub seen: usize,
+    pub rate: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}
+
+const TICK: Duration = Duration::from_millis(5);
+
+pub async fn measure(plan: &Plan, nats_url: &str, pool: &PgPool, rate: u32, run_for: Duration) -> Result<Latency> {
+    let outstanding: Outstanding = Arc::default();
+    let publishing_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = tokio::spawn(poll(pool.clone(), outstanding.clone(), publishing_done.clone()));
+    let mut publisher = Publisher::connect(nats_url).await?;
+    let targets = distinct_contacts(plan, (f64::from(rate) * run_for.as_secs_f64()) as usize);
+    let per_tick = (f64::from(rate) * TICK.as_secs_f64()).round().max(1.0) as usize;
+    let mut ticks = tokio::time::interval(TICK);
+    let started = Instant::now();
+    for chunk in targets.chunks(per_tick) {
+        ticks.tick().await;
+        for record in chunk {
+            let mut updated = contact(plan, *record);
+            updated.phone = Some(format!("+49 30 {}", 1_000_000 + record.index));
+            let now = chrono::Utc::now().timestamp_millis();
+            let event = updated.event(record.workspace, record.index, 2, "updated", now);
+            outstanding
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((updated.workspace_id, updated.id), Instant::now());
+            publisher.send(event).await?;
+        }
+    }
+    let elapsed = started.elapsed();
+    publisher.flush().await?;
+    publishing_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = poller.await.map_err(|error| format!("the poller failed: {error}"))??;
+    let samples = seen
+        .iter()
+        .map(|(published, latency)| {
+            (published.saturating_duration_since(started).as_secs_f64() * 1e3, latency.as_secs_f64() * 1e3)
+        })
+        .collect();
+    let mut latencies: Vec<Duration> = seen.into_iter().map(|(_, latency)| latency).collect();
+    latencies.sort();
+    let at = |quantile: f64| {
+        latencies.get(((latencies.len() as f64 * quantile) as usize).min(latencies.len().saturating_sub(1))).copied()
+    };
+    Ok(Latency {
+        samples,
+        sent: targets.len(),
+        seen: latencies.len(),
+        rate: targets.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50).unwrap_or_default(),
+        p99: at(0.99).unwrap_or_default(),
+        max: latencies.last().copied().unwrap_or_default(),
+    })
+}
+
+/// `count` different contacts spread over all workspaces by size.
+pub fn distinct_contacts(plan: &Plan, count: usize) -> Vec<Record> {
+    let total = plan.contacts() as usize;
+    let mut rng = Prng::new(&[0x1a7e, count as u64]);
+    let mut chosen = HashSet::new();
+    let mut records = Vec::with_capacity(count);
+    while records.len() < count.min(total) {
+        let mut global = rng.below(total) as u64;
+        if !chosen.insert(global) {
+            continue;
+        }
+        let workspace = plan
+            .workspaces
+            .iter()
+            .find(|workspace| {
+                let inside = global < u64::from(workspace.contacts);
+                if !inside {
+                    global -= u64::from(workspace.contacts);
+                }
+                inside
+            })
+            .map_or(0, |workspace| workspace.number);
+        records.push(Record { workspace, entity: Entity::Contact, index: global as u32 });
+    }
+    records
+}
+
+/// Polls until publishing is over and every event was seen, or ten seconds more passed.
+async fn poll(pool: PgPool, outstanding: Outstanding, done: Arc<std::sync::atomic::AtomicBool>) -> Result<Seen> {
+    let mut latencies: Seen = Vec::new();
+    let mut deadline = None;
+    loop {
+        let pending: Vec<(Uuid, Uuid)> =
+            outstanding.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        if done.load(std::sync::atomic::Ordering::SeqCst) {
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
+            if pending.is_empty() || Instant::now() > deadline {
+                return Ok(latencies);
+            }
+        }
+        if !pending.is_empty() {
+            let snapshot = Instant::now();
+            let (workspaces, ids): (Vec<Uuid>, Vec<Uuid>) = pending.into_iter().unzip();
+            let visible: Vec<(Uuid, Uuid)> = sqlx::query_as(
+                "select workspace_id, id from contacts
+                 where (workspace_id, id) in (select * from unnest($1::uuid[], $2::uuid[])) and version >= 2",
+            )
+            .bind(&workspaces)
+            .bind(&ids)
+            .fetch_all(&pool)
+            .await?;
+            let mut outstanding = outstanding.lock().unwrap_or_else(|p| p.into_inner());
+            for key in visible {
+                if let Some(published) = outstanding.remove(&key) {
+                    latencies.push((published, snapshot.saturating_duration_since(published)));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

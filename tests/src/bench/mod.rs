@@ -1,0 +1,162 @@
+//! `lectern-bench`: the reproducible benchmark of issue 7. It loads a million contacts
+//! and 200,000 items through the real path (JetStream, then the release projector),
+//! measures the projector and the release API under load from separate processes, and
+//! measures PostgreSQL doing the same work without Lectern, side by side in one run.
+//! Never a timed assertion: a binary that prints and writes a table.
+//!
+//! # Layout
+//! - [`options`]: the command line.
+//! - [`plan`], [`prng`], [`catalogue`], [`records`]: the data, derived from positions alone.
+//! - [`infra`]: private databases, nats-server, release binaries, external tools.
+//! - [`publish`]: pipelined, acknowledged publishing.
+//! - [`projector_side`]: the backlog drain ([`drain`]), its plain-SQL baseline
+//!   ([`plain_sql`]) and the steady publish→visible latency ([`latency`]).
+//! - [`api_side`]: the API ([`api`]) under wrk and the same SQL under pgbench
+//!   ([`scenarios`], [`load`]).
+//! - [`machine`]: the machine's description and process RSS; [`report`]: the table.
+
+pub mod api;
+pub mod api_side;
+pub mod catalogue;
+pub mod drain;
+pub mod infra;
+pub mod latency;
+pub mod load;
+pub mod machine;
+pub mod options;
+pub mod plain_sql;
+pub mod plan;
+pub mod prng;
+pub mod projector_side;
+pub mod publish;
+pub mod records;
+pub mod report;
+pub mod scenarios;
+
+use std::fmt::Display;
+use std::path::PathBuf;
+
+use sqlx::Connection;
+
+pub use options::Options;
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `.context("what was being done")` on any error that can be displayed.
+pub trait Context<T> {
+    fn context(self, what: impl Display) -> Result<T>;
+}
+
+impl<T, E: Display> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: impl Display) -> Result<T> {
+        self.map_err(|error| format!("{what}: {error}").into())
+    }
+}
+
+/// Everything a run uses, found before any work starts.
+pub struct Setup {
+    pub options: Options,
+    pub wrk: PathBuf,
+    pub pgbench: PathBuf,
+    pub binaries: infra::Binaries,
+    pub work: PathBuf,
+    /// The read model's database and the plain-SQL baseline's.
+    pub databases: (String, String),
+}
+
+/// Runs the whole benchmark and returns the markdown report (also written to the output file).
+pub async fn run(options: Options) -> Result<String> {
+    let wrk = infra::tool("wrk", "install it with `apt-get install -y wrk`")?;
+    let pgbench = infra::tool("pgbench", "it ships with PostgreSQL (`apt-get install -y postgresql-client`)")?;
+    if !crate::nats::server_binary().exists() {
+        return Err(format!(
+            "nats-server not found at {} (install nats-server, or set LECTERN_TEST_NATS_SERVER)",
+            crate::nats::server_binary().display()
+        )
+        .into());
+    }
+    sqlx::PgConnection::connect(&infra::admin_url())
+        .await
+        .context(format!("cannot reach PostgreSQL at {} (or set LECTERN_BENCH_DATABASE_URL)", infra::admin_url()))?;
+    let binaries = infra::build_binaries(options.build)?;
+    let stamp = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
+    let work = std::env::temp_dir().join(format!("lectern-bench-{stamp}"));
+    std::fs::create_dir_all(&work)?;
+    let databases = (format!("lectern_bench_{stamp}"), format!("lectern_bench_{stamp}_plain"));
+    let setup = Setup { options, wrk, pgbench, binaries, work, databases };
+    let outcome = tokio::select! {
+        outcome = measure(&setup) => outcome,
+        () = interrupted() => Err("interrupted".into()),
+    };
+    // The measuring future is gone here, and with it every child process (kill on drop).
+    if setup.options.keep {
+        eprintln!(
+            "kept: databases {} and {}, work directory {}",
+            setup.databases.0,
+            setup.databases.1,
+            setup.work.display()
+        );
+    } else {
+        for name in [&setup.databases.0, &setup.databases.1] {
+            if let Err(error) = infra::drop_database(name).await {
+                eprintln!("warning: could not drop {name}: {error}");
+            }
+        }
+        if outcome.is_ok() {
+            let _ = std::fs::remove_dir_all(&setup.work);
+        } else {
+            eprintln!("the processes' logs are kept in {}", setup.work.display());
+        }
+    }
+    let markdown = outcome?.markdown();
+    if let Some(parent) = setup.options.output.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&setup.options.output, &markdown).context(format!("write {}", setup.options.output.display()))?;
+    Ok(markdown)
+}
+
+/// Ctrl-C or SIGTERM: either way the run stops and cleans up.
+async fn interrupted() {
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => signal,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = terminate.recv() => {},
+    }
+}
+
+async fn measure(setup: &Setup) -> Result<report::Report> {
+    let plan = plan::Plan::new(setup.options.contacts);
+    let machine = machine::describe();
+    let database = infra::Database::create(&setup.databases.0).await?;
+    let server_version: String =
+        sqlx::query_scalar("select current_setting('server_version')").fetch_one(&database.pool).await?;
+    let shared_buffers: String =
+        sqlx::query_scalar("select current_setting('shared_buffers')").fetch_one(&database.pool).await?;
+    let mut report = report::Report::default();
+    report.header = vec![
+        format!("Machine: {machine}; PostgreSQL {server_version} (shared_buffers {shared_buffers}), shared by the bench, the app and the load generators."),
+        format!(
+            "Data (scale {}): {} contacts in {} workspaces ({} of about {}, one of {}) and {} items, published to JetStream and projected.",
+            setup.options.scale.as_str(),
+            report::thousands(plan.contacts() as f64),
+            report::thousands(plan.workspaces.len() as f64),
+            report::thousands(plan.small().len() as f64),
+            plan.small().first().map_or(0, |workspace| workspace.contacts),
+            report::thousands(f64::from(plan.big().contacts)),
+            report::thousands(plan.items() as f64),
+        ),
+        format!("Command: `{}`", setup.options.command_line),
+    ];
+    projector_side::measure(setup, &plan, &database, &mut report).await?;
+    api_side::measure(setup, &plan, &database, &mut report).await?;
+    database.pool.close().await;
+    Ok(report)
+}

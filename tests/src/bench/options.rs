@@ -1,0 +1,114 @@
+//! The command line: how much data, how long each measurement runs, where the table goes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const USAGE: &str = "\
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--keep] [--no-build]
+
+  --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
+                     and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
+  --scale small      one tenth of everything; 5 s per load run, 10 s of steady publishing
+  --contacts N       total contacts; workspaces (N / 1,000), the big workspace (N / 5) and
+                     items (N / 5) follow
+  --output FILE      where the markdown table is written (default bench/results.md)
+  --duration SECS    length of each wrk and pgbench run
+  --keep             keep the benchmark databases and the work directory
+  --no-build         use target/release/lectern-{api,projector} as they are (by default
+                     `cargo build --release` brings them up to date with the checkout first)
+
+Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust; LECTERN_BENCH_DATABASE_URL
+overrides), nats-server (/usr/sbin/nats-server or LECTERN_TEST_NATS_SERVER), wrk and pgbench.";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    Small,
+    Full,
+}
+
+impl Scale {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Small => "small",
+            Self::Full => "full",
+        }
+    }
+}
+
+/// What one run of the benchmark does.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub scale: Scale,
+    /// Total contacts; everything else is sized from it.
+    pub contacts: usize,
+    pub output: PathBuf,
+    /// Length of each wrk and pgbench run.
+    pub run_for: Duration,
+    /// Length of the steady publish→visible measurement.
+    pub steady_for: Duration,
+    /// Keep the databases and the work directory for inspection.
+    pub keep: bool,
+    /// Build the release binaries first (a no-op when they are current).
+    pub build: bool,
+    /// The arguments as given, for the report.
+    pub command_line: String,
+}
+
+impl Options {
+    /// `Ok(None)` when help was asked for.
+    pub fn parse(args: Vec<String>) -> Result<Option<Self>, String> {
+        let mut scale = Scale::Full;
+        let mut contacts = None;
+        let mut output = PathBuf::from("bench/results.md");
+        let mut run_for = None;
+        let mut keep = false;
+        let mut build = true;
+        let command_line = args.join(" ");
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"));
+            match arg.as_str() {
+                "-h" | "--help" => return Ok(None),
+                "--scale" => {
+                    scale = match value("--scale")?.as_str() {
+                        "small" => Scale::Small,
+                        "full" => Scale::Full,
+                        other => return Err(format!("--scale must be small or full, not {other:?}")),
+                    }
+                }
+                "--contacts" => contacts = Some(number(&value("--contacts")?, "--contacts", 2_000)?),
+                "--output" => output = PathBuf::from(value("--output")?),
+                "--duration" => {
+                    run_for = Some(Duration::from_secs(number(&value("--duration")?, "--duration", 1)? as u64))
+                }
+                "--keep" => keep = true,
+                "--no-build" => build = false,
+                other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
+            }
+        }
+        let (default_contacts, default_run, steady_for) = match scale {
+            Scale::Full => (1_000_000, 10, 20),
+            Scale::Small => (100_000, 5, 10),
+        };
+        Ok(Some(Self {
+            scale,
+            contacts: contacts.unwrap_or(default_contacts),
+            output,
+            run_for: run_for.unwrap_or(Duration::from_secs(default_run)),
+            steady_for: Duration::from_secs(steady_for),
+            keep,
+            build,
+            command_line: format!("cargo run --release -p lectern-tests --bin lectern-bench -- {command_line}")
+                .trim_end()
+                .to_owned(),
+        }))
+    }
+}
+
+fn number(text: &str, name: &str, min: usize) -> Result<usize, String> {
+    text.replace(['_', ','], "")
+        .parse::<usize>()
+        .ok()
+        .filter(|value| *value >= min)
+        .ok_or_else(|| format!("{name} must be a whole number of at least {min}, not {text:?}"))
+}
