@@ -5,6 +5,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lectern_api::db::notifications::Invalidated;
 use lectern_api::http::{AppState, Application};
 use lectern_api::keys::{Authenticator, Environment, Scope};
 use lectern_api::listing::cursor::CursorSigner;
@@ -60,6 +61,18 @@ impl TestApp {
     }
 
     pub async fn spawn_with(pool: PgPool, options: AppOptions) -> Self {
+        let (app, caches) = Self::start(pool, options).await;
+        wait_until_trusted(&caches).await;
+        app
+    }
+
+    /// An app whose database may be unreachable: it does not wait for its change
+    /// listener, so its caches may stay untrusted.
+    pub async fn spawn_without_database(pool: PgPool) -> Self {
+        Self::start(pool, AppOptions::default()).await.0
+    }
+
+    async fn start(pool: PgPool, options: AppOptions) -> (Self, [Arc<dyn Invalidated>; 2]) {
         // Quiet by default; LECTERN_TEST_LOG=1 shows the app's logs (RUST_LOG filters).
         if std::env::var_os("LECTERN_TEST_LOG").is_some() {
             lectern_api::telemetry::init();
@@ -71,10 +84,11 @@ impl TestApp {
             rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),
             first_pages: Arc::default(),
         };
+        let caches: [Arc<dyn Invalidated>; 2] = [state.authenticator.clone(), state.first_pages.clone()];
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");
         tokio::spawn(application.run_until_stopped(std::future::pending()));
-        Self { address, pool, http: reqwest::Client::new() }
+        (Self { address, pool, http: reqwest::Client::new() }, caches)
     }
 
     pub fn url(&self, path_and_query: &str) -> String {
@@ -117,6 +131,16 @@ impl TestApp {
             }
             assert!(pages.len() < 10_000, "traversal does not end");
         }
+    }
+}
+
+/// Until the change listener is up, the key and first-page caches neither serve nor
+/// keep anything, so a test that counts statements or cache hits would race with it.
+async fn wait_until_trusted(caches: &[Arc<dyn Invalidated>]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !caches.iter().all(|cache| cache.trusted()) {
+        assert!(tokio::time::Instant::now() < deadline, "the app's change listener did not connect within 10 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

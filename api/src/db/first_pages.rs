@@ -11,11 +11,10 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
 
-use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::notifications::Invalidated;
 use crate::listing::SortKey;
 
 /// The channel the read model's triggers notify with a workspace id.
@@ -43,7 +42,7 @@ pub struct FirstPages {
     /// Bumped per workspace on every notification, so a query that started before a
     /// change and finished after it does not cache what it read.
     generations: Mutex<HashMap<Uuid, u64>>,
-    /// True only while the LISTEN connection is up.
+    /// True only while the LISTEN connection is up ([`super::notifications`]).
     listening: AtomicBool,
 }
 
@@ -52,6 +51,28 @@ pub struct FirstPages {
 pub struct Ticket {
     generation: u64,
     trusted: bool,
+}
+
+impl Invalidated for FirstPages {
+    fn channel(&self) -> &'static str {
+        CHANGES_CHANNEL
+    }
+
+    fn evict(&self, payload: &str) {
+        match Uuid::try_parse(payload) {
+            Ok(workspace_id) => self.evict_workspace(workspace_id),
+            Err(_) => self.forget_everything(),
+        }
+    }
+
+    fn reset(&self, trusted: bool) {
+        self.forget_everything();
+        self.listening.store(trusted, Ordering::Release);
+    }
+
+    fn trusted(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
 }
 
 impl FirstPages {
@@ -101,38 +122,6 @@ impl FirstPages {
             *generation += 1;
         }
         self.write_pages().clear();
-    }
-
-    /// Follows read-model changes until the process ends, reconnecting with backoff.
-    pub async fn follow_changes(self: Arc<Self>, pool: PgPool) {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.listen_until_disconnected(&pool).await {
-                Ok(()) => backoff = Duration::from_millis(100),
-                Err(error) => {
-                    tracing::warn!(%error, "read-model change listener failed; first pages are read from the database until it reconnects")
-                }
-            }
-            self.listening.store(false, Ordering::Release);
-            self.forget_everything();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-    }
-
-    async fn listen_until_disconnected(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
-        let mut listener = crate::db::listener(pool).await?;
-        listener.listen(CHANGES_CHANNEL).await?;
-        // Anything cached before this point may have missed a notification.
-        self.forget_everything();
-        self.listening.store(true, Ordering::Release);
-        while let Some(notification) = listener.try_recv().await? {
-            match Uuid::try_parse(notification.payload()) {
-                Ok(workspace_id) => self.evict_workspace(workspace_id),
-                Err(_) => self.forget_everything(),
-            }
-        }
-        Ok(())
     }
 
     // A panic while holding these locks cannot leave the maps inconsistent (single

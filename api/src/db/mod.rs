@@ -5,6 +5,7 @@ pub mod contacts;
 pub mod first_pages;
 pub mod items;
 pub mod listing;
+pub mod notifications;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -41,13 +42,6 @@ pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Err
         // request gets a 503 and the pool drops the connection).
         .test_before_acquire(false)
         .connect_lazy_with(options))
-}
-
-/// A LISTEN connection for `pool`'s database, outside `pool`: a listener holds its
-/// connection for good, and must not shrink the pool requests borrow from.
-pub async fn listener(pool: &PgPool) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
-    let own = PgPoolOptions::new().max_connections(1).connect_lazy_with((*pool.connect_options()).clone());
-    sqlx::postgres::PgListener::connect_with(&own).await
 }
 
 /// Creates the database named in `url` if it does not exist yet (first run on a

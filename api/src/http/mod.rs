@@ -28,6 +28,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::db::first_pages::FirstPages;
+use crate::db::notifications::{self, Invalidated};
 use crate::error::ApiError;
 use crate::keys::Authenticator;
 use crate::listing::cursor::CursorSigner;
@@ -125,9 +126,9 @@ impl Application {
     /// writes the last batch of key last-used times.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let authenticator = self.state.authenticator.clone();
-        let listener = tokio::spawn(authenticator.clone().follow_key_changes());
+        let caches: Vec<Arc<dyn Invalidated>> = vec![authenticator.clone(), self.state.first_pages.clone()];
+        let listener = tokio::spawn(notifications::follow(self.state.pool.clone(), caches));
         let flusher = tokio::spawn(authenticator.clone().flush_last_used_periodically());
-        let change_follower = tokio::spawn(self.state.first_pages.clone().follow_changes(self.state.pool.clone()));
         let state = self.state.clone();
         let forgetter = tokio::spawn(async move {
             let mut every_minute = tokio::time::interval(Duration::from_secs(60));
@@ -140,7 +141,6 @@ impl Application {
         listener.abort();
         flusher.abort();
         forgetter.abort();
-        change_follower.abort();
         authenticator.flush_last_used().await;
         result
     }

@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::store::{self, AuthRecord};
 use super::{Environment, ParsedKey, Pepper, Scope};
+use crate::db::notifications::Invalidated;
 use crate::error::ApiError;
 use crate::operations::names::KEY_CACHE;
 
@@ -61,6 +62,27 @@ pub struct Authenticator {
     /// True only while the LISTEN connection is up; the cache is trusted only then.
     listening: AtomicBool,
     last_used: Mutex<HashMap<String, DateTime<Utc>>>,
+}
+
+impl Invalidated for Authenticator {
+    fn channel(&self) -> &'static str {
+        KEY_CHANGES_CHANNEL
+    }
+
+    fn evict(&self, key_id: &str) {
+        let mut cache = self.write_cache();
+        cache.remove(key_id);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn reset(&self, trusted: bool) {
+        self.forget_everything();
+        self.listening.store(trusted, Ordering::Release);
+    }
+
+    fn trusted(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
 }
 
 impl Authenticator {
@@ -136,12 +158,6 @@ impl Authenticator {
         Ok(record)
     }
 
-    fn evict(&self, key_id: &str) {
-        let mut cache = self.write_cache();
-        cache.remove(key_id);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-    }
-
     fn forget_everything(&self) {
         let mut cache = self.write_cache();
         cache.clear();
@@ -160,36 +176,6 @@ impl Authenticator {
 
     fn lock_last_used(&self) -> std::sync::MutexGuard<'_, HashMap<String, DateTime<Utc>>> {
         self.last_used.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Follows key changes until the process ends, reconnecting with backoff.
-    pub async fn follow_key_changes(self: Arc<Self>) {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.listen_until_disconnected().await {
-                Ok(()) => backoff = Duration::from_millis(100),
-                Err(error) => {
-                    tracing::warn!(%error, "key-change listener failed; keys are read from the database until it reconnects")
-                }
-            }
-            self.listening.store(false, Ordering::Release);
-            self.forget_everything();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-    }
-
-    async fn listen_until_disconnected(&self) -> Result<(), sqlx::Error> {
-        let mut listener = crate::db::listener(&self.pool).await?;
-        listener.listen(KEY_CHANGES_CHANNEL).await?;
-        // Anything cached before this point may have missed a notification.
-        self.forget_everything();
-        self.listening.store(true, Ordering::Release);
-        tracing::debug!("listening for API key changes");
-        while let Some(notification) = listener.try_recv().await? {
-            self.evict(notification.payload());
-        }
-        Ok(())
     }
 
     /// Writes collected last-used times every few seconds until the process ends.

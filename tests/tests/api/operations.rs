@@ -161,7 +161,7 @@ async fn readyz_is_503_naming_a_migration_that_is_not_applied() {
 async fn readyz_is_503_naming_postgresql_when_the_database_is_unreachable() {
     let pool = lazy_pool("postgres://postgres@127.0.0.1:9/lectern", &pool_settings(Duration::from_millis(500)))
         .expect("pool options");
-    let app = TestApp::spawn(pool).await;
+    let app = TestApp::spawn_without_database(pool).await;
 
     let reply = get(&app, "/readyz").await;
 
@@ -178,7 +178,7 @@ async fn readyz_answers_503_within_a_bounded_time_while_the_database_hangs() {
     let address = silent_server().await;
     let pool = lazy_pool(&format!("postgres://postgres@{address}/lectern"), &pool_settings(Duration::from_secs(120)))
         .expect("pool options");
-    let app = TestApp::spawn(pool).await;
+    let app = TestApp::spawn_without_database(pool).await;
 
     let started = Instant::now();
     let reply = tokio::time::timeout(READINESS_BOUND, get(&app, "/readyz"))

@@ -21,7 +21,7 @@ fn unreachable_pool() -> sqlx::PgPool {
 
 #[tokio::test]
 async fn an_unreachable_database_is_a_503_with_retry_after_not_a_hang() {
-    let app = TestApp::spawn(unreachable_pool()).await;
+    let app = TestApp::spawn_without_database(unreachable_pool()).await;
     let key = IssuedKey::generate(Environment::Live, &test_pepper());
 
     let reply = tokio::time::timeout(Duration::from_secs(10), app.get(key.key.expose_secret(), "/v1/contacts"))
@@ -35,7 +35,7 @@ async fn an_unreachable_database_is_a_503_with_retry_after_not_a_hang() {
 
 #[tokio::test]
 async fn a_malformed_key_is_a_401_even_while_the_database_is_down() {
-    let app = TestApp::spawn(unreachable_pool()).await;
+    let app = TestApp::spawn_without_database(unreachable_pool()).await;
 
     let reply = app.get("not-a-key", "/v1/contacts").await;
 
