@@ -92,6 +92,28 @@ pub fn contact_event(kind: &str, workspace: Uuid, id: Uuid, version: i64, name: 
     event
 }
 
+/// An `item.created` event, version 1, carrying `data`.
+pub fn item_created(workspace: Uuid, id: Uuid, data: Value) -> Value {
+    json!({
+        "eventId": Uuid::new_v4(),
+        "type": "item.created",
+        "workspaceId": workspace,
+        "entityId": id,
+        "version": 1,
+        "occurredAt": "2026-11-21T10:15:30.120Z",
+        "data": data,
+    })
+}
+
+/// The `data` of an item event, complete, with the given prices.
+pub fn item_data(name: &str, sale_price: Value, purchase_price: Value) -> Value {
+    json!({
+        "name": name, "sku": null, "description": null, "type": "product", "unit": null,
+        "salePrice": sale_price, "purchasePrice": purchase_price,
+        "createdAt": "2025-03-01T08:00:00.000Z",
+    })
+}
+
 /// Polls `check` until it holds or `within` passes; returns whether it held.
 pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use uuid::Uuid;
 
-use crate::roundtrips::{record_statements, Statements};
+use crate::statements::{record_statements, Statements};
 
 const WITHIN: Duration = Duration::from_secs(10);
 

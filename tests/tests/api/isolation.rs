@@ -596,6 +596,20 @@ impl World {
         }
     }
 
+    /// Sends `path` with the caller's `key` and checks what every answer must satisfy:
+    /// only the caller's records, and the key's own refusal (401, 403) when it cannot
+    /// read `resource`. `None` when that refusal was the answer.
+    fn send(&self, caller: usize, key: KeyKind, resource: Resource, path: &str) -> Option<(Reply, String)> {
+        let what = self.describe(caller, key, path);
+        let reply = self.get(&self.workspaces[caller].keys[&key], path);
+        self.assert_only_own_records(caller, resource, &reply, &what);
+        if let Err(status) = key.admits(resource) {
+            reply.assert_error(status, if status == 401 { "UNAUTHORIZED" } else { "FORBIDDEN" });
+            return None;
+        }
+        Some((reply, what))
+    }
+
     fn describe(&self, caller: usize, key: KeyKind, path: &str) -> String {
         let workspace = self.workspaces[caller].id;
         format!("seed {}: workspace {caller} ({workspace}) with its {key:?} key: GET {path}", self.seed)
@@ -613,15 +627,7 @@ impl World {
         cursor: Option<(&Issued, bool)>,
     ) {
         let path = path(resource, pairs);
-        let what = self.describe(caller, key, &path);
-
-        let reply = self.get(&self.workspaces[caller].keys[&key], &path);
-
-        self.assert_only_own_records(caller, resource, &reply, &what);
-        if let Err(status) = key.admits(resource) {
-            reply.assert_error(status, if status == 401 { "UNAUTHORIZED" } else { "FORBIDDEN" });
-            return;
-        }
+        let Some((reply, what)) = self.send(caller, key, resource, &path) else { return };
         let limit = limit.map_or(50, usize::from);
         let mut expected = self.selection(caller, resource, binding);
         match cursor {
@@ -639,15 +645,7 @@ impl World {
 
     fn check_get(&self, caller: usize, key: KeyKind, resource: Resource, segment: &str) {
         let path = format!("{}/{segment}", resource.path());
-        let what = self.describe(caller, key, &path);
-
-        let reply = self.get(&self.workspaces[caller].keys[&key], &path);
-
-        self.assert_only_own_records(caller, resource, &reply, &what);
-        if let Err(status) = key.admits(resource) {
-            reply.assert_error(status, if status == 401 { "UNAUTHORIZED" } else { "FORBIDDEN" });
-            return;
-        }
+        let Some((reply, what)) = self.send(caller, key, resource, &path) else { return };
         let Ok(id) = Uuid::try_parse(&segment.replace("%7B", "{").replace("%7D", "}")) else {
             reply.assert_error(400, "VALIDATION_ERROR");
             assert!(reply.details().first().is_some_and(|detail| detail.starts_with("id:")), "{what}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use lectern_api::keys::Scope;
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{eventually, publish, RunningProjector};
+use lectern_tests::projector::{eventually, item_created, item_data, publish, RunningProjector};
 use lectern_tests::seed::base_time;
 use lectern_tests::{Reply, TestApp, TestDatabase};
 use serde_json::{json, Value};
@@ -136,28 +136,6 @@ impl ItemSeed {
 async fn workspace_with_items_key(app: &TestApp) -> (Uuid, String) {
     let workspace = Uuid::new_v4();
     (workspace, app.key(workspace, &[Scope::ItemsRead]).await)
-}
-
-/// The `data` of an item event, complete, with the given prices.
-fn item_data(name: &str, sale_price: Value, purchase_price: Value) -> Value {
-    json!({
-        "name": name, "sku": null, "description": null, "type": "product", "unit": null,
-        "salePrice": sale_price, "purchasePrice": purchase_price,
-        "createdAt": "2025-03-01T08:00:00.000Z",
-    })
-}
-
-/// An `item.created` event, version 1, carrying `data`.
-fn item_created(workspace: Uuid, id: Uuid, data: Value) -> Value {
-    json!({
-        "eventId": Uuid::new_v4(),
-        "type": "item.created",
-        "workspaceId": workspace,
-        "entityId": id,
-        "version": 1,
-        "occurredAt": "2026-11-21T10:15:30.120Z",
-        "data": data,
-    })
 }
 
 fn money(amount: &str, currency: &str) -> Value {

@@ -24,3 +24,4 @@ mod resources;
 mod retrieve;
 mod roundtrips;
 mod search;
+mod statements;

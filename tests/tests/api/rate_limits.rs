@@ -12,23 +12,19 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lectern_api::keys::{Environment, IssuedKey, Scope};
 use lectern_api::rate_limit::Policy;
 use lectern_tests::app::{generous_policy, AppOptions};
 use lectern_tests::binaries::Run;
+use lectern_tests::process::run_to_end;
 use lectern_tests::seed::test_pepper;
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use secrecy::ExposeSecret;
-use tokio::process::Command;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::{Layer, Registry};
 use uuid::Uuid;
+
+use crate::statements::{record_statements, Statements};
 
 // ---------------------------------------------------------------- helpers
 
@@ -134,52 +130,6 @@ async fn drain(app: &TestApp, key: &str, burst: u32) -> Reply {
     panic!("{key} was never refused after {} requests with a burst of {burst}", burst + 1)
 }
 
-// ------------------------------------------------ statements sent to PostgreSQL
-
-#[derive(Clone, Default)]
-struct Statements(Arc<Mutex<Vec<String>>>);
-
-impl Statements {
-    fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-
-    /// Key lookups sent since the last take (and forgets everything sent).
-    fn take_key_lookups(&self) -> Vec<String> {
-        self.take().into_iter().filter(|text| text.contains("from api_keys where id")).collect()
-    }
-}
-
-struct Recorder(Statements);
-
-struct StatementText(String);
-
-impl Visit for StatementText {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "summary" || (field.name() == "db.statement" && !value.is_empty()) {
-            self.0 = value.to_owned();
-        }
-    }
-
-    fn record_debug(&mut self, _field: &Field, _value: &dyn std::fmt::Debug) {}
-}
-
-impl<S: tracing::Subscriber> Layer<S> for Recorder {
-    fn on_event(&self, event: &tracing::Event<'_>, _context: Context<'_, S>) {
-        let mut text = StatementText(String::new());
-        event.record(&mut text);
-        self.0 .0.lock().unwrap().push(text.0);
-    }
-}
-
-/// Records the statements sent while the returned guard lives (on this thread).
-fn record_statements() -> (Statements, tracing::subscriber::DefaultGuard) {
-    let statements = Statements::default();
-    let recorder =
-        Recorder(statements.clone()).with_filter(Targets::new().with_target("sqlx::query", tracing::Level::TRACE));
-    (statements, tracing::subscriber::set_default(Registry::default().with(recorder)))
-}
-
 /// An app that allows `lookup_burst` uncached key lookups per address (refilled at one
 /// a minute), a valid key already in its cache, and how many lookups are left.
 async fn app_with_a_cached_key(statements: &Statements, lookup_burst: u32) -> (TestApp, String, usize) {
@@ -194,12 +144,7 @@ async fn app_with_a_cached_key(statements: &Statements, lookup_burst: u32) -> (T
     )
     .await;
     let (_, key) = app.workspace_with_key().await;
-    // Keys are cached only once the key-change listener is up.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !statements.take().iter().any(|text| text.starts_with("LISTEN") && text.contains("lectern_api_keys")) {
-        assert!(Instant::now() < deadline, "the app never listened for key changes");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    statements.take();
     let mut lookups = 0;
     for _ in 0..5 {
         app.get(&key, "/v1/contacts").await.assert_ok();
@@ -462,24 +407,13 @@ const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs `lectern-api args` with an environment holding nothing but `env` (as cli.rs).
 async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let output = Command::new(lectern_tests::binaries::lectern_api())
-        .args(args)
-        .env_clear()
-        .env("NO_COLOR", "1")
-        .env("LECTERN_METRICS_LISTEN", "127.0.0.1:0")
+    let mut full_env = vec![
+        ("LECTERN_METRICS_LISTEN", "127.0.0.1:0"),
         // Nothing listens on port 1: were the setting accepted, serve would fail on its own.
-        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/lectern")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(PROCESS_TIMEOUT, output)
-        .await
-        .unwrap_or_else(|_| panic!("lectern-api {args:?} did not finish within {PROCESS_TIMEOUT:?}"))
-        .expect("run lectern-api");
-    Run::from_output(output)
+        ("DATABASE_URL", "postgres://postgres@127.0.0.1:1/lectern"),
+    ];
+    full_env.extend_from_slice(env);
+    run_to_end(&lectern_tests::binaries::lectern_api(), args, &full_env, PROCESS_TIMEOUT).await
 }
 
 #[tokio::test]

@@ -3,17 +3,17 @@
 //! listed and retried with the real `lectern-projector` binary.
 
 use std::cell::RefCell;
-use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lectern_tests::binaries::Run;
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{contact_event, contact_row, eventually, publish, publish_raw, RunningProjector};
+use lectern_tests::projector::{
+    contact_event, contact_row, eventually, item_created, item_data, publish, publish_raw, RunningProjector,
+};
 use lectern_tests::TestDatabase;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tokio::process::Command;
 use uuid::Uuid;
 
 /// How long the projector may take to apply or dead-letter what was published.
@@ -57,23 +57,9 @@ fn contact_subject(workspace: Uuid, id: Uuid) -> String {
 /// Runs the real `lectern-projector` with nothing in its environment but `env`.
 async fn projector_cli(args: &[&str], env: &[(&str, &str)]) -> Run {
     let binary = tokio::task::spawn_blocking(lectern_tests::binaries::lectern_projector).await.expect("build binary");
-    let output = Command::new(binary)
-        .args(args)
-        .env_clear()
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "warn")
-        .env("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(PROCESS_TIMEOUT, output)
-        .await
-        .unwrap_or_else(|_| panic!("lectern-projector {args:?} did not finish within {PROCESS_TIMEOUT:?}"))
-        .expect("run lectern-projector");
-    Run::from_output(output)
+    let mut full_env = vec![("RUST_LOG", "warn"), ("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0")];
+    full_env.extend_from_slice(env);
+    lectern_tests::process::run_to_end(&binary, args, &full_env, PROCESS_TIMEOUT).await
 }
 
 async fn dead_letters_cli(db: &TestDatabase, args: &[&str]) -> Run {
@@ -154,20 +140,7 @@ async fn an_empty_name_is_a_schema_violation_and_is_dead_lettered() {
 
 /// An item.created whose sale price is `price`.
 fn item_created_with_sale_price(workspace: Uuid, id: Uuid, price: Value) -> Vec<u8> {
-    json!({
-        "eventId": Uuid::new_v4(),
-        "type": "item.created",
-        "workspaceId": workspace,
-        "entityId": id,
-        "version": 1,
-        "occurredAt": "2026-11-21T10:15:30.120Z",
-        "data": {
-            "name": "Screw", "sku": null, "description": null, "type": "product", "unit": null,
-            "salePrice": price, "purchasePrice": null, "createdAt": "2025-03-01T08:00:00.000Z"
-        }
-    })
-    .to_string()
-    .into_bytes()
+    item_created(workspace, id, item_data("Screw", price, Value::Null)).to_string().into_bytes()
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use lectern_projector::stream::{CONSUMER, STREAM};
 use lectern_tests::binaries::{lectern_projector, Run};
 use lectern_tests::nats::{free_port, TestNats};
 use lectern_tests::process::{run_to_end, Ended, Metrics, Service};
-use lectern_tests::projector::{contact_event, eventually, publish, publish_raw};
+use lectern_tests::projector::{contact_event, eventually, item_created, item_data, publish, publish_raw};
 use lectern_tests::{Reply, TestDatabase};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -98,22 +98,6 @@ async fn all_acknowledged(client: &async_nats::Client) -> bool {
     consumer.num_pending == 0 && consumer.num_ack_pending == 0 && consumer.ack_floor.stream_sequence == last_sequence
 }
 
-fn item_created(workspace: Uuid, id: Uuid, name: &str) -> Value {
-    json!({
-        "eventId": Uuid::new_v4(),
-        "type": "item.created",
-        "workspaceId": workspace,
-        "entityId": id,
-        "version": 1,
-        "occurredAt": "2026-11-21T10:15:30.120Z",
-        "data": {
-            "name": name, "sku": null, "description": null, "type": "service", "unit": "hour",
-            "salePrice": { "amount": "120.00", "currency": "EUR" }, "purchasePrice": null,
-            "createdAt": "2025-03-01T08:00:00.000Z"
-        }
-    })
-}
-
 #[tokio::test]
 async fn the_projector_answers_healthz_200_and_readyz_200_once_connected() {
     let nats = TestNats::start().await;
@@ -142,7 +126,8 @@ async fn the_projector_counts_applied_events_by_type_dead_letters_by_entity_and_
     }
     publish(&client, &contact_event("updated", workspace, contacts[0], 2, "Contact 0, renamed")).await;
     for index in 0..2 {
-        publish(&client, &item_created(workspace, Uuid::new_v4(), &format!("Item {index}"))).await;
+        let data = item_data(&format!("Item {index}"), json!({ "amount": "120.00", "currency": "EUR" }), Value::Null);
+        publish(&client, &item_created(workspace, Uuid::new_v4(), data)).await;
     }
     publish_raw(&client, &format!("changes.{workspace}.contacts.{}", Uuid::new_v4()), b"not json".to_vec()).await;
     let drained = eventually(WITHIN, || all_acknowledged(&client)).await;
