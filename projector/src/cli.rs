@@ -2,12 +2,10 @@
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use async_nats::jetstream;
 use clap::{Args, Parser, Subcommand};
 use lectern_schema::events::ChangeEvent;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -197,19 +195,13 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
 }
 
 async fn connect(args: &DatabaseArgs) -> Result<PgPool, ProjectorError> {
-    Ok(PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(&args.database_url)?)
+    Ok(consumer::pool(&args.database_url)?)
 }
 
 async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     // Metrics recorded before the recorder exists are lost: install it first thing.
     let _ = lectern_schema::ops::server::metrics_handle();
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(&args.database.database_url)?;
+    let pool = consumer::pool(&args.database.database_url)?;
     let operations_server =
         OperationsServer::bind(args.metrics_listen).await.map_err(|source| ProjectorError::Listen {
             setting: "--metrics-listen/LECTERN_PROJECTOR_METRICS_LISTEN",

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use futures_util::StreamExt;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +32,21 @@ impl Default for RunSettings {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long past its own wait a pull may go unanswered. A no-wait fetch has no
+/// client-side timeout in async-nats, so a request lost with a NATS restart (sent to
+/// the old server, unknown to the new one) would otherwise stop the projector for good.
+const PULL_STALL: Duration = Duration::from_secs(5);
+
+/// The projector's pool, connecting on first use: a batch at a time needs few
+/// connections, and the name tells operators its sessions apart in `pg_stat_activity`.
+pub fn pool(database_url: &str) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = database_url.parse()?;
+    Ok(PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options.application_name("lectern-projector")))
+}
 
 /// Consumes until `shutdown` is cancelled.
 pub async fn run(
@@ -106,10 +122,16 @@ async fn pull(
     }
     .map_err(ProjectorError::nats)?;
     let mut batch = Vec::with_capacity(settings.batch_size);
+    let stalled = tokio::time::sleep(settings.pull_wait + PULL_STALL);
+    tokio::pin!(stalled);
     loop {
         let next = tokio::select! {
             next = messages.next() => next,
             () = shutdown.cancelled(), if batch.is_empty() => return Ok(batch),
+            () = &mut stalled => {
+                tracing::debug!(messages = batch.len(), "a pull went unanswered; pulling again");
+                return Ok(batch);
+            }
         };
         match next {
             Some(Ok(message)) => batch.push(message),

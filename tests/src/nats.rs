@@ -51,6 +51,14 @@ impl TestNats {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is read or answered.
+    pub fn freeze(&self) {
+        if let Some(child) = &self.child {
+            let frozen = Command::new("kill").args(["-STOP", &child.id().to_string()]).status();
+            assert!(frozen.is_ok_and(|status| status.success()), "kill -STOP nats-server");
+        }
+    }
+
     /// Starts the server again on the same port with the same storage.
     pub async fn restart(&mut self) {
         self.stop();

@@ -123,3 +123,56 @@ async fn with_nats_unreachable_the_api_keeps_serving_and_events_from_before_and_
     assert_eq!(consumer.num_pending, 0, "events are left unconsumed: {consumer:?}");
     projector.stop().await;
 }
+
+/// The projector's sessions waiting for a lock in `pool`'s database.
+async fn writes_waiting_on_a_lock(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid
+         where not l.granted and a.datname = current_database()",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("count sessions waiting on a lock")
+}
+
+/// A pull request sent to a server that then dies without reading it is never
+/// answered, and the restarted server has never heard of it. The projector must give
+/// up on it and pull again, or it stops for good with events piling up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_lost_with_a_nats_restart_does_not_stop_the_projector() {
+    let mut nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
+    let workspace = Uuid::new_v4();
+    let first: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    let second: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+
+    // The first batch waits on this lock, so the server can be frozen while the
+    // projector holds the batch; its next pull then goes to a server that never reads it.
+    let mut lock = db.pool.begin().await.expect("begin the lock transaction");
+    sqlx::query("lock table contacts in access exclusive mode").execute(&mut *lock).await.expect("lock contacts");
+    let client = nats.client().await;
+    for id in &first {
+        publish(&client, &contact_event("created", workspace, *id, 1, &format!("first {id}"))).await;
+    }
+    let in_hand = eventually(CATCH_UP, || async { writes_waiting_on_a_lock(&db.pool).await > 0 }).await;
+    assert!(in_hand, "the projector never started writing the first batch");
+    drop(client);
+    nats.freeze();
+    lock.rollback().await.expect("release the lock");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    nats.restart().await;
+
+    let client = nats.client().await;
+    for id in &second {
+        publish(&client, &contact_event("created", workspace, *id, 1, &format!("second {id}"))).await;
+    }
+    let mut want = expected(&first, 1, "first");
+    want.extend(expected(&second, 1, "second"));
+    assert!(
+        eventually(CATCH_UP, || async { rows(&db.pool, workspace).await == want }).await,
+        "after a pull lost with the server the projector applied nothing more: {:?}",
+        rows(&db.pool, workspace).await
+    );
+    projector.stop().await;
+}
