@@ -3,8 +3,9 @@
 //! as real change events, waits until it is projected, prints a fresh key with a
 //! ready curl line, serves; Ctrl-C stops the API and the projector cleanly.
 //!
-//! Safe to run again: the demo's events have fixed ids, so JetStream keeps one copy
-//! and the projector's version guard ignores repeats; each run prints a new key.
+//! Safe to run again: whether to publish is decided by what the read model holds, the
+//! demo's events have fixed ids, so JetStream keeps one copy, and the projector's
+//! version guard ignores repeats; each run prints a new key.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -12,8 +13,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use lectern_projector::consumer::{self, RunSettings};
 use lectern_projector::demo::{self, DemoCounts, DemoOutcome};
+use lectern_schema::events::EntityKind;
 use secrecy::ExposeSecret;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -43,25 +44,19 @@ pub async fn dev(args: DevArgs) -> Result<(), CommandError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
-    let projector_pool = PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(url)
-        .map_err(|source| database_error(url, source))?;
+    let projector_pool = consumer::pool(url).map_err(|source| database_error(url, source))?;
     let projector =
         tokio::spawn(consumer::run(nats.clone(), projector_pool, RunSettings::default(), shutdown.child_token()));
 
-    let outcome = demo::publish_demo(&jetstream::new(nats), DEMO_WORKSPACE)
-        .await
-        .map_err(|source| CommandError::Projector { context: "publishing the demo data", source })?;
-    tracing::info!("{outcome}");
     let pool = serve::open_pool(settings)?;
-    let expected = demo::expected_active_counts(&demo::demo_events(DEMO_WORKSPACE));
-    wait_for_projection(&pool, expected, &shutdown).await;
+    let events = demo::demo_events(DEMO_WORKSPACE);
+    let (final_versions, active) = (FinalVersions::of(&events), demo::expected_active_counts(&events));
+    let demo = publish_unless_projected(&pool, &jetstream::new(nats), &final_versions).await?;
+    wait_for_projection(&pool, &final_versions, &shutdown).await;
 
     let key = issue_demo_key(&pool, settings).await?;
     let bound = serve::bind(settings, pool).await?;
-    print_quick_start(bound.api_address(), bound.metrics_address(), &key, &outcome, expected)?;
+    print_quick_start(bound.api_address(), bound.metrics_address(), &key, demo, active)?;
     let served = bound.run(shutdown.clone()).await;
     shutdown.cancel();
     match projector.await {
@@ -88,22 +83,78 @@ async fn connect_nats(url: &str) -> Result<async_nats::Client, CommandError> {
     }
 }
 
-/// Waits until the read model serves every demo record, so the printed curl shows data.
-async fn wait_for_projection(pool: &PgPool, expected: DemoCounts, shutdown: &CancellationToken) {
+/// How the demo came to be in the read model, as the quick start reports it.
+#[derive(Clone, Copy)]
+enum Demo {
+    Published,
+    /// The read model already held it: nothing was sent.
+    AlreadyProjected,
+    /// The stream held it but the read model did not (its database was reset while
+    /// NATS kept the stream and the consumer's acknowledgements), so it was sent again.
+    Resent,
+}
+
+/// Decides from the read model, not the stream, whether the demo must be sent: the
+/// durable consumer never redelivers what it acknowledged, so a database reset under
+/// a kept stream would otherwise leave the demo workspace empty.
+async fn publish_unless_projected(
+    pool: &PgPool,
+    jetstream: &jetstream::Context,
+    final_versions: &FinalVersions,
+) -> Result<Demo, CommandError> {
+    let failed = |context| move |source| CommandError::Projector { context, source };
+    if projected(pool, final_versions).await.unwrap_or(false) {
+        tracing::info!("the read model already holds the demo data; nothing to publish");
+        return Ok(Demo::AlreadyProjected);
+    }
+    let outcome = demo::publish_demo(jetstream, DEMO_WORKSPACE).await.map_err(failed("publishing the demo data"))?;
+    if let DemoOutcome::AlreadyPublished { .. } = outcome {
+        tracing::info!(
+            "the stream holds the demo data but the read model does not (a reset database?); sending it again"
+        );
+        demo::resend_demo(jetstream, DEMO_WORKSPACE).await.map_err(failed("sending the demo data again"))?;
+        return Ok(Demo::Resent);
+    }
+    tracing::info!("{outcome}");
+    Ok(Demo::Published)
+}
+
+/// Each demo record's final version, as the arrays the check binds: built once, as
+/// the check runs every 100 ms while waiting.
+struct FinalVersions {
+    contacts: (Vec<Uuid>, Vec<i64>),
+    items: (Vec<Uuid>, Vec<i64>),
+    records: usize,
+}
+
+impl FinalVersions {
+    fn of(events: &[demo::DemoEvent]) -> Self {
+        let mut built = Self { contacts: (Vec::new(), Vec::new()), items: (Vec::new(), Vec::new()), records: 0 };
+        for ((entity, id), version) in demo::final_versions(events) {
+            let (ids, versions) = match entity {
+                EntityKind::Contact => &mut built.contacts,
+                EntityKind::Item => &mut built.items,
+            };
+            ids.push(id);
+            versions.push(version);
+            built.records += 1;
+        }
+        built
+    }
+}
+
+/// Waits until the read model holds every demo record at its final version, so the
+/// printed curl shows data.
+async fn wait_for_projection(pool: &PgPool, final_versions: &FinalVersions, shutdown: &CancellationToken) {
     let started = Instant::now();
     loop {
-        match active_counts(pool).await {
-            Ok(counts) if counts.contacts >= expected.contacts && counts.items >= expected.items => {
-                tracing::info!(
-                    contacts = counts.contacts,
-                    items = counts.items,
-                    elapsed_ms = started.elapsed().as_millis(),
-                    "demo data projected"
-                );
+        match projected(pool, final_versions).await {
+            Ok(true) => {
+                tracing::info!(elapsed_ms = started.elapsed().as_millis(), "demo data projected");
                 return;
             }
-            Ok(_) => {}
-            Err(error) => tracing::debug!(%error, "counting projected demo records failed; retrying"),
+            Ok(false) => {}
+            Err(error) => tracing::debug!(%error, "checking the projected demo records failed; retrying"),
         }
         if started.elapsed() > PROJECTION_WAIT {
             tracing::warn!("the demo data is not fully projected yet; serving anyway (see `lectern-projector status`)");
@@ -116,18 +167,28 @@ async fn wait_for_projection(pool: &PgPool, expected: DemoCounts, shutdown: &Can
     }
 }
 
-async fn active_counts(pool: &PgPool) -> Result<DemoCounts, sqlx::Error> {
-    let (contacts, items): (i64, i64) = sqlx::query_as(
-        "select (select count(*) from contacts where workspace_id = $1 and status = 'active'),
-                (select count(*) from items where workspace_id = $1 and status = 'active')",
+/// Whether every demo record is stored at (at least) its final version. Gives up on a
+/// lock after a second (an operator's maintenance, a stuck migration) rather than
+/// wait behind it: the answer is then "not yet", and publishing is harmless.
+async fn projected(pool: &PgPool, final_versions: &FinalVersions) -> Result<bool, sqlx::Error> {
+    let FinalVersions { contacts, items, records } = final_versions;
+    let mut transaction = pool.begin().await?;
+    sqlx::query("set local lock_timeout = '1s'").execute(&mut *transaction).await?;
+    let reached: i64 = sqlx::query_scalar(
+        "select (select count(*) from contacts c join unnest($2::uuid[], $3::bigint[]) f(id, version)
+                   on c.id = f.id and c.version >= f.version where c.workspace_id = $1)
+              + (select count(*) from items i join unnest($4::uuid[], $5::bigint[]) f(id, version)
+                   on i.id = f.id and i.version >= f.version where i.workspace_id = $1)",
     )
     .bind(DEMO_WORKSPACE)
-    .fetch_one(pool)
+    .bind(&contacts.0)
+    .bind(&contacts.1)
+    .bind(&items.0)
+    .bind(&items.1)
+    .fetch_one(&mut *transaction)
     .await?;
-    Ok(DemoCounts {
-        contacts: usize::try_from(contacts).unwrap_or_default(),
-        items: usize::try_from(items).unwrap_or_default(),
-    })
+    transaction.commit().await?;
+    Ok(usize::try_from(reached).is_ok_and(|reached| reached == *records))
 }
 
 async fn issue_demo_key(pool: &PgPool, settings: &crate::config::ServeArgs) -> Result<IssuedKey, CommandError> {
@@ -148,15 +209,16 @@ fn print_quick_start(
     api: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
     issued: &IssuedKey,
-    outcome: &DemoOutcome,
+    demo: Demo,
     active: DemoCounts,
 ) -> Result<(), CommandError> {
     let api = api.map_or_else(|| "<unknown>".to_owned(), |address| address.to_string());
     let metrics = metrics.map_or_else(|| "<unknown>".to_owned(), |address| address.to_string());
     let key = issued.key.expose_secret();
-    let demo = match outcome {
-        DemoOutcome::Published { .. } => "published now",
-        DemoOutcome::AlreadyPublished { .. } => "already published by an earlier run",
+    let demo = match demo {
+        Demo::Published => "published now",
+        Demo::AlreadyProjected => "already published by an earlier run",
+        Demo::Resent => "published again: the read model did not have it",
     };
     write_stdout(&format!(
         "\nLectern (development mode): API and projector running\n\

@@ -13,7 +13,8 @@
 //! build. Re-publishing is therefore harmless: JetStream stores an event once per
 //! `Nats-Msg-Id` (= eventId) within its duplicate window, and the projector ignores
 //! versions it already holds. [`publish_demo`] skips the work entirely once the stream
-//! holds the demo's final event.
+//! holds the demo's final event; [`resend_demo`] sends it again regardless, for a read
+//! model that lost what the stream's consumer had already acknowledged.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -131,6 +132,21 @@ pub fn record_counts(events: &[DemoEvent]) -> DemoCounts {
 /// How many contacts and items the read model serves once `events` are all projected:
 /// those whose highest version was created, updated or restored.
 pub fn expected_active_counts(events: &[DemoEvent]) -> DemoCounts {
+    count(
+        latest(events)
+            .into_values()
+            .map(|(_, event_type)| event_type)
+            .filter(|event_type| event_type.change.carries_state()),
+    )
+}
+
+/// Each record's highest version in `events`: once the read model holds at least these,
+/// the demo is fully projected (deleted records keep their row, at the delete's version).
+pub fn final_versions(events: &[DemoEvent]) -> BTreeMap<(EntityKind, Uuid), i64> {
+    latest(events).into_iter().map(|(key, (version, _))| (key, version)).collect()
+}
+
+fn latest(events: &[DemoEvent]) -> BTreeMap<(EntityKind, Uuid), (i64, EventType)> {
     let mut latest: BTreeMap<(EntityKind, Uuid), (i64, EventType)> = BTreeMap::new();
     for event in events {
         let key = (event.event_type.entity, event.entity_id);
@@ -138,7 +154,7 @@ pub fn expected_active_counts(events: &[DemoEvent]) -> DemoCounts {
             latest.insert(key, (event.version, event.event_type));
         }
     }
-    count(latest.into_values().map(|(_, event_type)| event_type).filter(|event_type| event_type.change.carries_state()))
+    latest
 }
 
 fn count(types: impl Iterator<Item = EventType>) -> DemoCounts {
@@ -163,6 +179,44 @@ pub async fn publish_demo(jetstream: &jetstream::Context, workspace: Uuid) -> Re
             return Ok(DemoOutcome::AlreadyPublished { workspace, events: events.len() });
         }
     }
+    let duplicates = send(jetstream, &events, Deduplicate::ByEventId).await?;
+    tracing::info!(events = events.len(), duplicates, "demo published");
+    Ok(DemoOutcome::Published {
+        workspace,
+        events: events.len(),
+        duplicates,
+        records: record_counts(&events),
+        active: expected_active_counts(&events),
+    })
+}
+
+/// Publishes the demo's events again even though the stream holds them, for a read
+/// model that lost what the durable consumer had already acknowledged (a database
+/// reset under a kept stream). Sent without `Nats-Msg-Id`, or JetStream would drop them
+/// as repeats within its duplicate window; the projector's version guard makes the
+/// second copy harmless wherever the first was applied. Returns the events sent.
+#[tracing::instrument(skip_all, fields(%workspace))]
+pub async fn resend_demo(jetstream: &jetstream::Context, workspace: Uuid) -> Result<usize, ProjectorError> {
+    let events = demo_events(workspace);
+    ensure_stream(jetstream).await?;
+    send(jetstream, &events, Deduplicate::No).await?;
+    tracing::info!(events = events.len(), "demo sent again");
+    Ok(events.len())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Deduplicate {
+    ByEventId,
+    No,
+}
+
+/// Sends `events` pipelined and awaits every acknowledgement; returns how many
+/// JetStream reported as duplicates.
+async fn send(
+    jetstream: &jetstream::Context,
+    events: &[DemoEvent],
+    deduplicate: Deduplicate,
+) -> Result<usize, ProjectorError> {
     let total = events.len();
     let mut duplicates = 0;
     for (chunk, batch) in events.chunks(PIPELINE).enumerate() {
@@ -173,7 +227,9 @@ pub async fn publish_demo(jetstream: &jetstream::Context, workspace: Uuid) -> Re
                 ProjectorError::Nats(format!("publishing demo event {number} of {total} to {}: {error}", event.subject))
             };
             let mut headers = async_nats::HeaderMap::new();
-            headers.insert(async_nats::header::NATS_MESSAGE_ID, event.event_id.to_string().as_str());
+            if deduplicate == Deduplicate::ByEventId {
+                headers.insert(async_nats::header::NATS_MESSAGE_ID, event.event_id.to_string().as_str());
+            }
             let ack = jetstream
                 .publish_with_headers(event.subject.clone(), headers, event.json.clone().into())
                 .await
@@ -186,14 +242,7 @@ pub async fn publish_demo(jetstream: &jetstream::Context, workspace: Uuid) -> Re
             }
         }
     }
-    tracing::info!(events = total, duplicates, "demo published");
-    Ok(DemoOutcome::Published {
-        workspace,
-        events: total,
-        duplicates,
-        records: record_counts(&events),
-        active: expected_active_counts(&events),
-    })
+    Ok(duplicates)
 }
 
 /// Whether the last message on `event`'s subject is `event` (compared decoded, so a

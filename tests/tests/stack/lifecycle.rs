@@ -45,6 +45,27 @@ async fn running_dev_twice_on_the_same_database_and_nats_adds_no_duplicates_and_
 }
 
 #[tokio::test]
+async fn dev_on_a_fresh_database_sends_the_demo_again_when_the_kept_stream_already_acknowledged_it() {
+    let nats = TestNats::start().await;
+    let (first_url, _) = missing_database();
+    Dev::start(&first_url, &nats.url).await.stop().await;
+    let events = demo_events(DEMO_WORKSPACE);
+
+    // The stream and its durable consumer survive; the read model is a new database.
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let pool = connect(&url).await;
+
+    assert_eq!(dev.printed.demo, "published again: the read model did not have it", "{:?}", dev.printed);
+    assert_eq!(stored_states(&pool, "contacts").await, final_states(EntityKind::Contact));
+    assert_eq!(stored_states(&pool, "items").await, final_states(EntityKind::Item));
+    assert_eq!(dead_letters(&pool).await, 0, "the second copy is ignored by the version guard, not dead-lettered");
+    let (messages, _, _, _) = stream_state(&nats.url).await;
+    assert_eq!(messages, 2 * u64::try_from(events.len()).expect("count"), "sent once more, without dedup ids");
+    dev.stop().await;
+}
+
+#[tokio::test]
 async fn sigterm_stops_dev_api_and_projector_with_exit_0_leaving_every_record_at_its_final_version() {
     let nats = TestNats::start().await;
     let (url, _) = missing_database();
@@ -66,11 +87,11 @@ async fn sigterm_stops_dev_api_and_projector_with_exit_0_leaving_every_record_at
     assert_eq!((ack_floor, pending), (last_sequence, 0), "every event was acknowledged");
 }
 
-/// Sessions on `database` waiting for a lock: a write blocked mid-transaction.
-async fn sessions_waiting_on_a_lock(pool: &PgPool, database: &str) -> i64 {
+/// The projector's sessions on `database` waiting for a lock: a batch blocked mid-transaction.
+async fn projector_sessions_waiting_on_a_lock(pool: &PgPool, database: &str) -> i64 {
     sqlx::query_scalar(
         "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid
-         where not l.granted and a.datname = $1",
+         where not l.granted and a.datname = $1 and a.application_name = 'lectern-projector'",
     )
     .bind(database)
     .fetch_one(pool)
@@ -86,7 +107,8 @@ async fn sigterm_while_the_demo_is_being_projected_exits_0_with_the_batch_in_han
     let mut lock = db.pool.begin().await.expect("begin the lock transaction");
     lock.execute("lock table contacts in access exclusive mode").await.expect("lock contacts");
     let mut service = spawn_dev(&db.url, &nats.url);
-    let in_hand = eventually(STARTUP, || async { sessions_waiting_on_a_lock(&db.pool, &db.name).await > 0 }).await;
+    let in_hand =
+        eventually(STARTUP, || async { projector_sessions_waiting_on_a_lock(&db.pool, &db.name).await > 0 }).await;
     assert!(in_hand, "the projector never started writing a batch:\n{}", service.stderr());
 
     let pid = service.pid().to_string();
