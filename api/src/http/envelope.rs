@@ -166,9 +166,14 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
     Ok(response)
 }
 
-/// Bytes of the request line and headers, as sent.
+/// Bytes of the request line and headers, as sent. Measured from the URI's parts
+/// rather than by rendering it: this runs on every request.
 fn head_size(request: &Request) -> usize {
-    let line = request.method().as_str().len() + request.original_uri().to_string().len() + 12;
+    let uri = request.original_uri();
+    let target = uri.scheme_str().map_or(0, |scheme| scheme.len() + "://".len())
+        + uri.authority().map_or(0, |authority| authority.as_str().len())
+        + uri.path_and_query().map_or(1, |path_and_query| path_and_query.as_str().len());
+    let line = request.method().as_str().len() + target + 12;
     request.headers().iter().fold(line, |size, (name, value)| size + name.as_str().len() + value.len() + 4)
 }
 
