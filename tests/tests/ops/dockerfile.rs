@@ -90,10 +90,23 @@ fn workspace_rust_version() -> (u32, u32) {
         .expect("Cargo.toml declares rust-version")
 }
 
-/// The newest `rust-version` among the packages the two binaries are built from.
+/// The host's target triple, as rustc names it.
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let output = Command::new(rustc).arg("-vV").output().expect("run rustc -vV");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_owned()
+}
+
+/// The newest `rust-version` among the packages the two binaries are built from on a
+/// Linux host like the image's builder. Filtering by platform also keeps `--offline`
+/// working where only this platform's crates were ever downloaded (a fresh machine).
 fn newest_dependency_rust_version() -> ((u32, u32), String) {
     let output = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--filter-platform", &host_triple()])
         .current_dir(root())
         .output()
         .expect("run cargo metadata");
