@@ -8,7 +8,7 @@ use super::infra::Database;
 use super::latency::distinct_contacts;
 use super::load::{self, Http};
 use super::machine::cpu_seconds;
-use super::plan::Plan;
+use super::plan::{Plan, Record};
 use super::report::{millis, thousands, Report, Row};
 use super::scenarios::{self, Inputs, Scenario};
 use super::{Context, Result, Setup};
@@ -18,26 +18,11 @@ const SAMPLE: usize = 1_000;
 
 pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &mut Report) -> Result<()> {
     eprintln!("[5/5] API: vacuum analyze, keys, a full traversal, then wrk and pgbench per scenario");
-    // What autovacuum would do soon after a load; done now so it does not run mid-measurement.
-    sqlx::raw_sql("vacuum (analyze) contacts, items").execute(&database.pool).await.context("vacuum")?;
-    let mut api = api::start(&setup.binaries.api, database, &setup.work).await?;
-    let keys = api::create_keys(&setup.binaries.api, database, plan).await?;
-    let traversal = api::traverse(&api, &keys[0], plan.big().id).await?;
-    if traversal.records != plan.big().contacts as usize {
-        return Err(format!("the traversal served {} contacts, not {}", traversal.records, plan.big().contacts).into());
-    }
-    let sample = distinct_contacts(plan, SAMPLE);
-    scenarios::create_lookups(&database.pool, plan, &sample).await?;
-    let inputs = Inputs {
-        plan,
-        keys: &keys,
-        deep_cursor: &traversal.deep_cursor,
-        deep_position: &traversal.deep_position,
-        sample: &sample,
-    };
+    let (mut api, prepared) = prepare(setup, plan, database).await?;
+    let traversal = &prepared.traversal;
     let run_for = setup.options.run_for;
     let (mut first_page, mut search_small, mut peak_rss) = (None, None, 0.0_f64);
-    for scenario in scenarios::all(&inputs)? {
+    for scenario in scenarios::all(&prepared.inputs(plan))? {
         eprintln!("      {}", scenario.name);
         let measured = measure_scenario(setup, &mut api, database, &scenario).await?;
         let (http, ratio) = (&measured.http, measured.http.per_second / measured.tps);
@@ -118,6 +103,42 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     Ok(())
 }
 
+/// What the scenarios need once the data is loaded: a key per workspace, a full
+/// traversal of the big workspace (which checks every record is served and yields a
+/// deep cursor) and the contacts to retrieve.
+pub struct Prepared {
+    pub keys: Vec<String>,
+    pub traversal: api::Traversal,
+    pub sample: Vec<Record>,
+}
+
+impl Prepared {
+    pub fn inputs<'a>(&'a self, plan: &'a Plan) -> Inputs<'a> {
+        Inputs {
+            plan,
+            keys: &self.keys,
+            deep_cursor: &self.traversal.deep_cursor,
+            deep_position: &self.traversal.deep_position,
+            sample: &self.sample,
+        }
+    }
+}
+
+/// Vacuums, starts the release API and prepares the scenarios' inputs.
+pub async fn prepare(setup: &Setup, plan: &Plan, database: &Database) -> Result<(Api, Prepared)> {
+    // What autovacuum would do soon after a load; done now so it does not run mid-measurement.
+    sqlx::raw_sql("vacuum (analyze) contacts, items").execute(&database.pool).await.context("vacuum")?;
+    let api = api::start(&setup.binaries.api, database, &setup.work).await?;
+    let keys = api::create_keys(&setup.binaries.api, database, plan).await?;
+    let traversal = api::traverse(&api, &keys[0], plan.big().id).await?;
+    if traversal.records != plan.big().contacts as usize {
+        return Err(format!("the traversal served {} contacts, not {}", traversal.records, plan.big().contacts).into());
+    }
+    let sample = distinct_contacts(plan, SAMPLE);
+    scenarios::create_lookups(&database.pool, plan, &sample).await?;
+    Ok((api, Prepared { keys, traversal, sample }))
+}
+
 struct Measured {
     http: Http,
     tps: f64,
@@ -157,7 +178,7 @@ async fn measure_scenario(setup: &Setup, api: &mut Api, database: &Database, sce
     })
 }
 
-async fn run_wrk(setup: &Setup, api: &mut Api, scenario: &Scenario, run_for: Duration) -> Result<Http> {
+pub async fn run_wrk(setup: &Setup, api: &mut Api, scenario: &Scenario, run_for: Duration) -> Result<Http> {
     let http = load::wrk(&setup.wrk, &setup.work, &api.base, scenario, run_for, api.process.pid).await?;
     api.process.check_running()?;
     if http.errors > 0 {

@@ -79,7 +79,7 @@ pub async fn drain(projector: &mut Process, metrics: &str, nats_url: &str, event
 }
 
 /// `lectern_projector_events_applied_total`, summed over event types.
-async fn applied_events(metrics: &str) -> Result<f64> {
+pub async fn applied_events(metrics: &str) -> Result<f64> {
     let text = reqwest::get(format!("http://{metrics}/metrics")).await?.text().await?;
     Ok(text
         .lines()

@@ -3,8 +3,13 @@
 //! every few milliseconds, which of the outstanding rows already show version 2. An
 //! event counts as visible at the start of the first poll that sees it (the poll's
 //! snapshot was taken then), so the figure is an upper bound within one poll period.
+//!
+//! Each poll asks only about the oldest outstanding events (the projector applies in
+//! stream order, so newer ones cannot be visible before them, batch boundaries aside):
+//! asking about every outstanding row made the poll itself heavier the further the
+//! projector fell behind, slowing the projector it measures.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +22,10 @@ use super::publish::Publisher;
 use super::records::contact;
 use super::Result;
 
-type Outstanding = Arc<Mutex<HashMap<(Uuid, Uuid), Instant>>>;
+/// Published, not yet seen: by publishing order, the record and when it was published.
+type Outstanding = Arc<Mutex<BTreeMap<u64, ((Uuid, Uuid), Instant)>>>;
+/// Outstanding events asked about per poll: about half a second's worth at 2,000/s.
+const WINDOW: usize = 1_000;
 type Seen = Vec<(Instant, Duration)>;
 
 pub struct Latency {
@@ -37,27 +45,13 @@ pub async fn measure(plan: &Plan, nats_url: &str, pool: &PgPool, rate: u32, run_
     let outstanding: Outstanding = Arc::default();
     let publishing_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let poller = tokio::spawn(poll(pool.clone(), outstanding.clone(), publishing_done.clone()));
-    let mut publisher = Publisher::connect(nats_url).await?;
-    let targets = distinct_contacts(plan, (f64::from(rate) * run_for.as_secs_f64()) as usize);
-    let per_tick = (f64::from(rate) * TICK.as_secs_f64()).round().max(1.0) as usize;
-    let mut ticks = tokio::time::interval(TICK);
     let started = Instant::now();
-    for chunk in targets.chunks(per_tick) {
-        ticks.tick().await;
-        for record in chunk {
-            let mut updated = contact(plan, *record);
-            updated.phone = Some(format!("+49 30 {}", 1_000_000 + record.index));
-            let now = chrono::Utc::now().timestamp_millis();
-            let event = updated.event(record.workspace, record.index, 2, "updated", now);
-            outstanding
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((updated.workspace_id, updated.id), Instant::now());
-            publisher.send(event).await?;
-        }
-    }
-    let elapsed = started.elapsed();
-    publisher.flush().await?;
+    let mut order = 0_u64;
+    let published = publish_updates(plan, nats_url, rate, run_for, |key| {
+        order += 1;
+        outstanding.lock().unwrap_or_else(|p| p.into_inner()).insert(order, (key, Instant::now()));
+    })
+    .await?;
     publishing_done.store(true, std::sync::atomic::Ordering::SeqCst);
     let seen = poller.await.map_err(|error| format!("the poller failed: {error}"))??;
     let samples = seen
@@ -73,13 +67,56 @@ pub async fn measure(plan: &Plan, nats_url: &str, pool: &PgPool, rate: u32, run_
     };
     Ok(Latency {
         samples,
-        sent: targets.len(),
+        sent: published.sent,
         seen: latencies.len(),
-        rate: targets.len() as f64 / elapsed.as_secs_f64(),
+        rate: published.rate(),
         p50: at(0.50).unwrap_or_default(),
         p99: at(0.99).unwrap_or_default(),
         max: latencies.last().copied().unwrap_or_default(),
     })
+}
+
+/// What [`publish_updates`] sent.
+pub struct Published {
+    pub sent: usize,
+    pub elapsed: Duration,
+}
+
+impl Published {
+    pub fn rate(&self) -> f64 {
+        self.sent as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Publishes `contact.updated` events (version 2 of distinct contacts) at `rate` for
+/// `run_for`, every 5 ms a tick's worth, all acknowledged; `sending` hears each
+/// (workspace, contact) just before it is sent.
+pub async fn publish_updates(
+    plan: &Plan,
+    nats_url: &str,
+    rate: u32,
+    run_for: Duration,
+    mut sending: impl FnMut((Uuid, Uuid)),
+) -> Result<Published> {
+    let mut publisher = Publisher::connect(nats_url).await?;
+    let targets = distinct_contacts(plan, (f64::from(rate) * run_for.as_secs_f64()) as usize);
+    let per_tick = (f64::from(rate) * TICK.as_secs_f64()).round().max(1.0) as usize;
+    let mut ticks = tokio::time::interval(TICK);
+    let started = Instant::now();
+    for chunk in targets.chunks(per_tick) {
+        ticks.tick().await;
+        for record in chunk {
+            let mut updated = contact(plan, *record);
+            updated.phone = Some(format!("+49 30 {}", 1_000_000 + record.index));
+            let now = chrono::Utc::now().timestamp_millis();
+            let event = updated.event(record.workspace, record.index, 2, "updated", now);
+            sending((updated.workspace_id, updated.id));
+            publisher.send(event).await?;
+        }
+    }
+    let elapsed = started.elapsed();
+    publisher.flush().await?;
+    Ok(Published { sent: targets.len(), elapsed })
 }
 
 /// `count` different contacts spread over all workspaces by size.
@@ -114,17 +151,22 @@ async fn poll(pool: PgPool, outstanding: Outstanding, done: Arc<std::sync::atomi
     let mut latencies: Seen = Vec::new();
     let mut deadline = None;
     loop {
-        let pending: Vec<(Uuid, Uuid)> =
-            outstanding.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        let oldest: HashMap<(Uuid, Uuid), (u64, Instant)> = outstanding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .take(WINDOW)
+            .map(|(order, (key, published))| (*key, (*order, *published)))
+            .collect();
         if done.load(std::sync::atomic::Ordering::SeqCst) {
             let deadline = *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
-            if pending.is_empty() || Instant::now() > deadline {
+            if oldest.is_empty() || Instant::now() > deadline {
                 return Ok(latencies);
             }
         }
-        if !pending.is_empty() {
+        if !oldest.is_empty() {
             let snapshot = Instant::now();
-            let (workspaces, ids): (Vec<Uuid>, Vec<Uuid>) = pending.into_iter().unzip();
+            let (workspaces, ids): (Vec<Uuid>, Vec<Uuid>) = oldest.keys().copied().unzip();
             let visible: Vec<(Uuid, Uuid)> = sqlx::query_as(
                 "select workspace_id, id from contacts
                  where (workspace_id, id) in (select * from unnest($1::uuid[], $2::uuid[])) and version >= 2",
@@ -135,8 +177,9 @@ async fn poll(pool: PgPool, outstanding: Outstanding, done: Arc<std::sync::atomi
             .await?;
             let mut outstanding = outstanding.lock().unwrap_or_else(|p| p.into_inner());
             for key in visible {
-                if let Some(published) = outstanding.remove(&key) {
-                    latencies.push((published, snapshot.saturating_duration_since(published)));
+                if let Some((order, published)) = oldest.get(&key) {
+                    outstanding.remove(order);
+                    latencies.push((*published, snapshot.saturating_duration_since(*published)));
                 }
             }
         }

@@ -14,6 +14,7 @@
 //! - [`api_side`]: the API ([`api`]) under wrk and the same SQL under pgbench
 //!   ([`scenarios`], [`load`]).
 //! - [`machine`]: the machine's description and process RSS; [`report`]: the table.
+//! - [`soak`]: with `--soak`, the bounded soak of issue 6 instead of the comparisons.
 
 pub mod api;
 pub mod api_side;
@@ -32,6 +33,7 @@ pub mod publish;
 pub mod records;
 pub mod report;
 pub mod scenarios;
+pub mod soak;
 
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -140,7 +142,10 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         sqlx::query_scalar("select current_setting('server_version')").fetch_one(&database.pool).await?;
     let shared_buffers: String =
         sqlx::query_scalar("select current_setting('shared_buffers')").fetch_one(&database.pool).await?;
-    let mut report = report::Report::default();
+    let mut report = match setup.options.soak_for {
+        Some(_) => report::Report::new("Lectern soak", "Targets (issue 6)"),
+        None => report::Report::new("Lectern benchmark", "Targets (issue 7)"),
+    };
     report.header = vec![
         format!("Machine: {machine}; PostgreSQL {server_version} (shared_buffers {shared_buffers}), shared by the bench, the app and the load generators."),
         format!(
@@ -155,8 +160,13 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         ),
         format!("Command: `{}`", setup.options.command_line),
     ];
-    projector_side::measure(setup, &plan, &database, &mut report).await?;
-    api_side::measure(setup, &plan, &database, &mut report).await?;
+    match setup.options.soak_for {
+        Some(soak_for) => soak::measure(setup, &plan, &database, soak_for, &mut report).await?,
+        None => {
+            projector_side::measure(setup, &plan, &database, &mut report).await?;
+            api_side::measure(setup, &plan, &database, &mut report).await?;
+        }
+    }
     database.pool.close().await;
     Ok(report)
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -13,6 +13,10 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      items (N / 5) follow
   --output FILE      where the markdown table is written (default bench/results.md)
   --duration SECS    length of each wrk and pgbench run
+  --soak SECS        instead of the comparisons, the soak of issue 6: after the same load,
+                     every scenario's requests mixed at 64 connections for SECS while the
+                     projector absorbs 2,000 events/s; counts answers by status and checks
+                     RSS stays flat (default output bench/soak.md)
   --keep             keep the benchmark databases and the work directory
   --no-build         use target/release/lectern-{api,projector} as they are (by default
                      `cargo build --release` brings them up to date with the checkout first)
@@ -46,6 +50,8 @@ pub struct Options {
     pub run_for: Duration,
     /// Length of the steady publish→visible measurement.
     pub steady_for: Duration,
+    /// Run the soak for this long instead of the comparisons.
+    pub soak_for: Option<Duration>,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -59,8 +65,9 @@ impl Options {
     pub fn parse(args: Vec<String>) -> Result<Option<Self>, String> {
         let mut scale = Scale::Full;
         let mut contacts = None;
-        let mut output = PathBuf::from("bench/results.md");
+        let mut output = None;
         let mut run_for = None;
+        let mut soak_for = None;
         let mut keep = false;
         let mut build = true;
         let command_line = args.join(" ");
@@ -77,10 +84,11 @@ impl Options {
                     }
                 }
                 "--contacts" => contacts = Some(number(&value("--contacts")?, "--contacts", 2_000)?),
-                "--output" => output = PathBuf::from(value("--output")?),
+                "--output" => output = Some(PathBuf::from(value("--output")?)),
                 "--duration" => {
                     run_for = Some(Duration::from_secs(number(&value("--duration")?, "--duration", 1)? as u64))
                 }
+                "--soak" => soak_for = Some(Duration::from_secs(number(&value("--soak")?, "--soak", 10)? as u64)),
                 "--keep" => keep = true,
                 "--no-build" => build = false,
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
@@ -93,9 +101,12 @@ impl Options {
         Ok(Some(Self {
             scale,
             contacts: contacts.unwrap_or(default_contacts),
-            output,
+            output: output.unwrap_or_else(|| {
+                PathBuf::from(if soak_for.is_some() { "bench/soak.md" } else { "bench/results.md" })
+            }),
             run_for: run_for.unwrap_or(Duration::from_secs(default_run)),
             steady_for: Duration::from_secs(steady_for),
+            soak_for,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-tests --bin lectern-bench -- {command_line}")

@@ -17,6 +17,9 @@ pub struct Row {
 
 #[derive(Debug, Default)]
 pub struct Report {
+    pub title: &'static str,
+    /// Whose targets the list of targets checks.
+    pub targets_heading: &'static str,
     pub header: Vec<String>,
     pub rows: Vec<Row>,
     /// Per API scenario: name, wrk's mean, the API's own mean, API CPU and PostgreSQL CPU per request.
@@ -27,8 +30,12 @@ pub struct Report {
 }
 
 impl Report {
+    pub fn new(title: &'static str, targets_heading: &'static str) -> Self {
+        Self { title, targets_heading, ..Self::default() }
+    }
+
     pub fn markdown(&self) -> String {
-        let mut out = String::from("# Lectern benchmark\n\n");
+        let mut out = format!("# {}\n\n", self.title);
         for line in &self.header {
             let _ = writeln!(out, "{line}  ");
         }
@@ -52,7 +59,7 @@ impl Report {
             }
         }
         if !self.targets.is_empty() {
-            out.push_str("\nTargets (issue 7):\n\n");
+            let _ = write!(out, "\n{}:\n\n", self.targets_heading);
             for (target, met, measured) in &self.targets {
                 let _ = writeln!(out, "- {} {target}: {measured}", if *met { "met:" } else { "**missed:**" });
             }
