@@ -4,16 +4,19 @@
 //! acknowledging and without exiting. On shutdown the batch in hand is finished,
 //! committed and acknowledged before the loop returns.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use futures_util::StreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, Received};
 use crate::error::ProjectorError;
+use crate::pending_lists;
 use crate::stream::{ensure_consumer, ensure_stream};
 
 /// How the loop pulls.
@@ -73,6 +76,8 @@ pub async fn run(
         }
     };
     tracing::info!("projector consuming");
+    let committed = Arc::new(Notify::new());
+    let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
     backoff = Backoff::default();
     let mut catching_up = true;
     while !shutdown.is_cancelled() {
@@ -92,8 +97,11 @@ pub async fn run(
             crate::metrics::record_lag(0);
             continue;
         }
-        apply_until_committed(&pool, batch, &shutdown).await;
+        if apply_until_committed(&pool, batch, &shutdown).await {
+            committed.notify_one();
+        }
     }
+    merger.abort();
     // Acks are buffered by the client; without this the last batch's acks could be
     // lost at exit and its messages redelivered after the ack wait.
     if let Err(error) = client.flush().await {
@@ -145,7 +153,8 @@ async fn pull(
 /// Applies `batch` until it commits, then acknowledges every message of it. While the
 /// database is away the batch is retried with backoff and nothing is acknowledged; on
 /// shutdown during such an outage the batch is left unacknowledged for redelivery.
-async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, shutdown: &CancellationToken) {
+/// Returns whether it committed.
+async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, shutdown: &CancellationToken) -> bool {
     let started = std::time::Instant::now();
     if let Some(pending) = batch.last().and_then(|message| message.info().ok()).map(|info| info.pending) {
         crate::metrics::record_lag(pending);
@@ -178,7 +187,7 @@ async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, sh
                     let _ = message.ack_with(jetstream::AckKind::Progress).await;
                 }
                 if backoff.wait_or_stop(shutdown).await {
-                    return;
+                    return false;
                 }
             }
         }
@@ -189,6 +198,7 @@ async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, sh
             tracing::warn!(%error, "acknowledgement failed; the message will be redelivered and ignored");
         }
     }
+    true
 }
 
 /// Exponential backoff from 100 ms to 5 s.

@@ -12,6 +12,7 @@
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`apply`]: one batch into the read model, in one transaction.
+//! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`dead_letters`]: listing and retrying dead letters.
 //! - [`demo`]: the demo workspace's data, published as real change events.
 //! - [`error`]: the crate's error type.
@@ -26,4 +27,5 @@ pub mod demo;
 pub mod error;
 pub mod metrics;
 pub mod operations;
+pub mod pending_lists;
 pub mod stream;

@@ -14,4 +14,5 @@ mod dead_letters;
 mod demo;
 mod end_to_end;
 mod operations;
+mod pending_lists;
 mod process;
