@@ -10,6 +10,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+const CONSUMER_CREATED_WITHIN: Duration = Duration::from_secs(30);
+
 /// The projector's real run loop in this process; stopped like SIGTERM stops it.
 pub struct RunningProjector {
     shutdown: CancellationToken,
@@ -33,14 +35,16 @@ impl RunningProjector {
     pub async fn start_consuming(nats_url: &str, pool: PgPool) -> Self {
         let projector = Self::start(nats_url, pool).await;
         let client = async_nats::connect(nats_url).await.expect("connect to the test nats-server");
-        let consuming = eventually(Duration::from_secs(10), || async {
+        // Generous: with the whole suite starting nats-servers at once on two cores,
+        // creating a file-backed stream once took longer than 10 s in CI.
+        let consuming = eventually(CONSUMER_CREATED_WITHIN, || async {
             let Ok(stream) = jetstream::new(client.clone()).get_stream(lectern_projector::stream::STREAM).await else {
                 return false;
             };
             stream.consumer_info(lectern_projector::stream::CONSUMER).await.is_ok()
         })
         .await;
-        assert!(consuming, "the projector never created its consumer");
+        assert!(consuming, "the projector did not create its consumer within {CONSUMER_CREATED_WITHIN:?}");
         projector
     }
 
