@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use clap::Args;
@@ -152,13 +153,27 @@ fn resolve(
             Err(CommandError::Config { setting, problem: "is required when LECTERN_PRODUCTION is set".to_owned() })
         }
         None => {
-            tracing::warn!(
-                "{setting} is not set: using the PUBLIC DEVELOPMENT DEFAULT. Anyone can forge with it. \
-                 Set it (and LECTERN_PRODUCTION=1) in any real deployment."
-            );
+            if first_warning_for(setting) {
+                tracing::warn!(
+                    "{setting} is not set: using the PUBLIC DEVELOPMENT DEFAULT. Anyone can forge with it. \
+                     Set it (and LECTERN_PRODUCTION=1) in any real deployment."
+                );
+            }
             Ok(SecretString::from(development.to_owned()))
         }
     }
+}
+
+/// `dev` resolves the pepper twice (for the key it prints, then for serving): one
+/// warning per setting is what an operator should read, not one per lookup.
+fn first_warning_for(setting: &'static str) -> bool {
+    static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
+    let first = !warned.contains(&setting);
+    if first {
+        warned.push(setting);
+    }
+    first
 }
 
 /// Everything `serve` needs.

@@ -155,3 +155,17 @@ async fn dev_shows_its_key_only_on_stdout_never_in_its_logs() {
     assert!(ended.stdout.contains(&key), "the newcomer is shown the key");
     assert!(!ended.stderr.contains(secret), "the key's secret is in the logs:\n{}", ended.stderr);
 }
+
+#[tokio::test]
+async fn dev_warns_once_about_each_public_development_secret_it_uses() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+
+    let ended = dev.stop().await;
+
+    for setting in ["LECTERN_KEY_PEPPER", "LECTERN_CURSOR_SECRET"] {
+        let warnings = ended.stderr.matches(&format!("{setting} is not set")).count();
+        assert_eq!(warnings, 1, "{setting} warned {warnings} times:\n{}", ended.stderr);
+    }
+}
