@@ -9,7 +9,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use uuid::Uuid;
@@ -65,20 +65,23 @@ impl Invalidated for FirstPages {
         }
     }
 
-    fn reset(&self, trusted: bool) {
-        self.forget_everything();
-        self.listening.store(trusted, Ordering::Release);
+    fn forget_everything(&self) {
+        let mut generations = self.lock_generations();
+        for generation in generations.values_mut() {
+            *generation += 1;
+        }
+        self.write_pages().clear();
     }
 
-    fn trusted(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
+    fn listening(&self) -> &AtomicBool {
+        &self.listening
     }
 }
 
 impl FirstPages {
     /// The cached rows of `key`, if trusted and present.
     pub fn get<Row: Clone + Send + Sync + 'static>(&self, key: &PageKey) -> Option<Arc<Vec<Row>>> {
-        if !self.listening.load(Ordering::Acquire) {
+        if !self.trusted() {
             return None;
         }
         let rows = self.read_pages().get(key)?.clone();
@@ -87,14 +90,14 @@ impl FirstPages {
 
     /// Taken before querying, handed back to [`FirstPages::put`].
     pub fn ticket(&self, workspace_id: Uuid) -> Ticket {
-        let trusted = self.listening.load(Ordering::Acquire);
+        let trusted = self.trusted();
         let generation = self.lock_generations().get(&workspace_id).copied().unwrap_or(0);
         Ticket { generation, trusted }
     }
 
     /// Caches `rows` unless the workspace changed since `ticket` was taken.
     pub fn put<Row: Clone + Send + Sync + 'static>(&self, key: PageKey, ticket: Ticket, rows: Arc<Vec<Row>>) {
-        if !ticket.trusted || !self.listening.load(Ordering::Acquire) {
+        if !ticket.trusted || !self.trusted() {
             return;
         }
         let generations = self.lock_generations();
@@ -114,14 +117,6 @@ impl FirstPages {
         let mut generations = self.lock_generations();
         *generations.entry(workspace_id).or_default() += 1;
         self.write_pages().retain(|key, _| key.workspace_id != workspace_id);
-    }
-
-    fn forget_everything(&self) {
-        let mut generations = self.lock_generations();
-        for generation in generations.values_mut() {
-            *generation += 1;
-        }
-        self.write_pages().clear();
     }
 
     // A panic while holding these locks cannot leave the maps inconsistent (single
@@ -149,7 +144,7 @@ mod tests {
 
     fn listening_cache() -> FirstPages {
         let cache = FirstPages::default();
-        cache.listening.store(true, Ordering::Release);
+        cache.reset(true);
         cache
     }
 

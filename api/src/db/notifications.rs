@@ -5,6 +5,7 @@
 //! only while it is up: on every disconnect and every (re)connect each cache forgets
 //! everything it holds.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,10 +18,21 @@ pub trait Invalidated: Send + Sync {
     fn channel(&self) -> &'static str;
     /// Drops what `payload` names.
     fn evict(&self, payload: &str);
+    /// Drops every entry.
+    fn forget_everything(&self);
+    /// The cache's flag for "its channel is being listened to", which [`follow`] sets.
+    fn listening(&self) -> &AtomicBool;
+
     /// Drops everything, and trusts the cache from now on only if `trusted`.
-    fn reset(&self, trusted: bool);
-    /// Whether the cache serves and keeps entries (its channel is being listened to).
-    fn trusted(&self) -> bool;
+    fn reset(&self, trusted: bool) {
+        self.forget_everything();
+        self.listening().store(trusted, Ordering::Release);
+    }
+
+    /// Whether the cache may serve and keep entries.
+    fn trusted(&self) -> bool {
+        self.listening().load(Ordering::Acquire)
+    }
 }
 
 /// Follows every cache's channel until the process ends, reconnecting with backoff.

@@ -75,13 +75,14 @@ impl Invalidated for Authenticator {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn reset(&self, trusted: bool) {
-        self.forget_everything();
-        self.listening.store(trusted, Ordering::Release);
+    fn forget_everything(&self) {
+        let mut cache = self.write_cache();
+        cache.clear();
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn trusted(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
+    fn listening(&self) -> &AtomicBool {
+        &self.listening
     }
 }
 
@@ -138,7 +139,7 @@ impl Authenticator {
         key_id: &str,
         before_lookup: impl FnOnce() -> Result<(), ApiError>,
     ) -> Result<Option<Arc<AuthRecord>>, ApiError> {
-        let trusted = self.listening.load(Ordering::Acquire);
+        let trusted = self.trusted();
         if trusted {
             if let Some(hit) = self.read_cache().get(key_id) {
                 metrics::counter!(KEY_CACHE, "result" => "hit").increment(1);
@@ -156,12 +157,6 @@ impl Authenticator {
             }
         }
         Ok(record)
-    }
-
-    fn forget_everything(&self) {
-        let mut cache = self.write_cache();
-        cache.clear();
-        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     // A panic while holding these locks cannot leave the maps inconsistent (each
