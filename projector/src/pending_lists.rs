@@ -55,13 +55,12 @@ pub async fn merge_after_commits(pool: PgPool, committed: Arc<Notify>, shutdown:
     }
 }
 
-/// Pages moved out of the pending lists.
+/// Pages moved out of the pending lists, every index in one statement.
 async fn merge(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    let mut pages = 0;
-    for index in SEARCH_INDEXES {
-        let moved: i64 =
-            sqlx::query_scalar("select gin_clean_pending_list($1::regclass)").bind(index).fetch_one(pool).await?;
-        pages += moved;
-    }
-    Ok(pages)
+    sqlx::query_scalar(
+        "select coalesce(sum(gin_clean_pending_list(index::regclass)), 0)::bigint from unnest($1::text[]) as index",
+    )
+    .bind(SEARCH_INDEXES)
+    .fetch_one(pool)
+    .await
 }
