@@ -124,12 +124,15 @@ async fn publish_unless_projected(
 struct FinalVersions {
     contacts: (Vec<Uuid>, Vec<i64>),
     items: (Vec<Uuid>, Vec<i64>),
-    records: usize,
 }
 
 impl FinalVersions {
+    fn records(&self) -> usize {
+        self.contacts.0.len() + self.items.0.len()
+    }
+
     fn of(events: &[demo::DemoEvent]) -> Self {
-        let mut built = Self { contacts: (Vec::new(), Vec::new()), items: (Vec::new(), Vec::new()), records: 0 };
+        let mut built = Self { contacts: (Vec::new(), Vec::new()), items: (Vec::new(), Vec::new()) };
         for ((entity, id), version) in demo::final_versions(events) {
             let (ids, versions) = match entity {
                 EntityKind::Contact => &mut built.contacts,
@@ -137,7 +140,6 @@ impl FinalVersions {
             };
             ids.push(id);
             versions.push(version);
-            built.records += 1;
         }
         built
     }
@@ -171,7 +173,7 @@ async fn wait_for_projection(pool: &PgPool, final_versions: &FinalVersions, shut
 /// lock after a second (an operator's maintenance, a stuck migration) rather than
 /// wait behind it: the answer is then "not yet", and publishing is harmless.
 async fn projected(pool: &PgPool, final_versions: &FinalVersions) -> Result<bool, sqlx::Error> {
-    let FinalVersions { contacts, items, records } = final_versions;
+    let FinalVersions { contacts, items } = final_versions;
     let mut transaction = pool.begin().await?;
     sqlx::query("set local lock_timeout = '1s'").execute(&mut *transaction).await?;
     let reached: i64 = sqlx::query_scalar(
@@ -188,7 +190,7 @@ async fn projected(pool: &PgPool, final_versions: &FinalVersions) -> Result<bool
     .fetch_one(&mut *transaction)
     .await?;
     transaction.commit().await?;
-    Ok(usize::try_from(reached).is_ok_and(|reached| reached == *records))
+    Ok(usize::try_from(reached).is_ok_and(|reached| reached == final_versions.records()))
 }
 
 async fn issue_demo_key(pool: &PgPool, settings: &crate::config::ServeArgs) -> Result<IssuedKey, CommandError> {
