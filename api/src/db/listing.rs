@@ -4,9 +4,14 @@
 //! The SQL is assembled from fixed fragments (values are always bound). Each shape
 //! of request (sort, type, with or without cursor) is its own prepared statement,
 //! whose generic plan is the keyset index scan. Searches are sent as unnamed
-//! statements instead: PostgreSQL then plans them with the actual pattern, which is
-//! what lets it use the trigram index for long terms and the order index for short
-//! or very common ones.
+//! statements instead: PostgreSQL then plans them with the actual pattern.
+//!
+//! A search picks its page of ids first and reads those rows afterwards. The createdAt
+//! order index carries the search document, so the inner query can walk the
+//! workspace's range of that index and filter the entries without reading a row (cheap
+//! in a small workspace, and for a common term, which fills its page quickly), or take
+//! the trigram index for a rare term in a large workspace; either way at most one page
+//! of rows is read.
 
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, PgPool, Postgres, QueryBuilder};
@@ -40,6 +45,31 @@ pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>) -> QueryBuil
     sql.push_bind(request.workspace_id);
     // Literal, so the planner matches the partial indexes.
     sql.push(" and status = 'active'");
+    if request.search.is_some() {
+        // An array rather than `id in (…)`: the page query is planned on its own and its
+        // rows are read by one index scan, with no join to plan (about 10 % cheaper).
+        sql.push(format!(" and id = any(array(select id from {} where workspace_id = ", R::NAME));
+        sql.push_bind(request.workspace_id);
+        sql.push(" and status = 'active'");
+        push_page_conditions::<R>(&mut sql, request);
+        sql.push("))");
+        // The ids came in page order, but the scan that reads their rows need not keep it.
+        sql.push(order_by(request.sort));
+        return sql;
+    }
+    push_page_conditions::<R>(&mut sql, request);
+    sql
+}
+
+fn order_by(sort: SortKey) -> &'static str {
+    match sort {
+        SortKey::CreatedAt => " order by created_at, id",
+        SortKey::Name => " order by name, id",
+    }
+}
+
+/// The type filter, search, keyset position, order and limit of one page.
+fn push_page_conditions<'a, R: Resource>(sql: &mut QueryBuilder<'a, Postgres>, request: &'a ListRequest<R::Kind>) {
     if let Some(condition) = request.kind.condition() {
         sql.push(" and ").push(condition);
     }
@@ -70,11 +100,7 @@ pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>) -> QueryBuil
         }
         None => {}
     }
-    sql.push(match request.sort {
-        SortKey::CreatedAt => " order by created_at, id",
-        SortKey::Name => " order by name, id",
-    });
+    sql.push(order_by(request.sort));
     // One extra row tells whether another page exists.
     sql.push(" limit ").push_bind(i64::try_from(request.limit.get() + 1).unwrap_or(i64::MAX));
-    sql
 }

@@ -119,7 +119,8 @@ fn listing<R: Resource>(
 ) -> Result<Scenario> {
     let workspace = (!request.workspace_id.is_nil()).then_some(request.workspace_id);
     let builder = list_sql::<R>(request);
-    let mut binds = vec![if workspace.is_some() { ":ws" } else { RANDOM_WORKSPACE }];
+    let workspace_bind = if workspace.is_some() { ":ws" } else { RANDOM_WORKSPACE };
+    let mut binds = vec![workspace_bind];
     let mut defines = vec![("limit".to_owned(), (request.limit.get() + 1).to_string())];
     if let Some(workspace) = workspace {
         defines.push(("ws".to_owned(), workspace.to_string()));
@@ -128,7 +129,8 @@ fn listing<R: Resource>(
         if search.as_str().contains('\n') {
             return Err("a search with a newline binds its pattern once per field; not a scenario here".into());
         }
-        binds.push(":pattern");
+        // A search binds the workspace again, for the query that picks the page's ids.
+        binds.extend([workspace_bind, ":pattern"]);
         defines.push(("pattern".to_owned(), search.like_escaped()));
     }
     match &request.after {
@@ -151,8 +153,9 @@ fn listing<R: Resource>(
     })
 }
 
-/// Retrieve by id: `db::contacts::find`'s statement (not exposed as a function, so
-/// mirrored here from its columns).
+/// Retrieve by id. The API answers concurrent retrieves together, one statement per
+/// batch (`db::lookups`); the baseline is the cheapest statement for one retrieve, a
+/// single primary-key probe, so the ratio shows what the batching buys.
 fn retrieve(inputs: &Inputs<'_>) -> Result<Scenario> {
     let sql =
         format!("select {} from contacts where workspace_id = $1 and id = $2 and status = 'active'", Contacts::COLUMNS);

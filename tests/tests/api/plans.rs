@@ -1,11 +1,14 @@
 //! The plans PostgreSQL really picks for the SQL the API sends: every listing is an
 //! index range scan within the workspace (under the generic plan a prepared statement
-//! gets), and search can use the per-workspace trigram index.
+//! gets); a search picks its page of ids from the order index alone where that is
+//! cheap (a small workspace, a common term) and from the per-workspace trigram index
+//! for a rare term in a large workspace, and reads no more rows than its page.
 
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::listing::list_sql;
 use lectern_api::listing::{Limit, ListRequest, Position, SearchText, SortKey};
 use lectern_tests::TestDatabase;
+use serde_json::Value;
 use sqlx::{Execute, PgPool};
 use uuid::Uuid;
 
@@ -108,4 +111,128 @@ async fn a_search_in_a_small_workspace_never_scans_other_workspaces() {
     let search = plan(&db.pool, &request(small, SortKey::CreatedAt, Some("company"), None), false).await;
 
     assert!(!search.contains("Seq Scan"), "{search}");
+}
+
+/// EXPLAIN ANALYZE of the statement the API sends for a search, planned as the API's
+/// unnamed statements are (with the real values), after a vacuum has made every page
+/// all-visible as autovacuum keeps them; and every node of its plan.
+async fn analyzed(pool: &PgPool, request: &ListRequest<ContactType>) -> Vec<Value> {
+    sqlx::query("vacuum analyze contacts").execute(pool).await.expect("vacuum");
+    explained(pool, request).await
+}
+
+/// EXPLAIN ANALYZE of the statement the API sends for `request`, with the statistics
+/// as they are; every node of its plan.
+async fn explained(pool: &PgPool, request: &ListRequest<ContactType>) -> Vec<Value> {
+    let mut builder = list_sql::<Contacts>(request);
+    let sql = format!("explain (analyze, format json) {}", builder.sql());
+    let arguments = builder.build().take_arguments().expect("arguments").expect("bound arguments");
+    let explained: Value = sqlx::query_scalar_with(&sql, arguments).fetch_one(pool).await.expect("explain");
+    let mut nodes = vec![explained[0]["Plan"].clone()];
+    let mut next = 0;
+    while let Some(node) = nodes.get(next) {
+        let children = node["Plans"].as_array().cloned().unwrap_or_default();
+        nodes.extend(children);
+        next += 1;
+    }
+    nodes
+}
+
+/// The plan node scanning `index`, if any.
+fn scan_of<'a>(nodes: &'a [Value], index: &str) -> Option<&'a Value> {
+    nodes.iter().find(|node| node["Index Name"] == index)
+}
+
+/// The scan of `index`, which must be an index-only scan.
+fn index_only_scan<'a>(nodes: &'a [Value], index: &str) -> &'a Value {
+    let node = scan_of(nodes, index).unwrap_or_else(|| panic!("{index} is not scanned: {nodes:#?}"));
+    assert_eq!(node["Node Type"], "Index Only Scan", "{node:#}");
+    node
+}
+
+fn count(node: &Value, field: &str) -> u64 {
+    node[field].as_u64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_search_in_a_small_workspace_filters_its_order_index_range_and_reads_only_its_page() {
+    let db = TestDatabase::create().await;
+    let (_, small) = seed_volume(&db.pool).await;
+
+    // Ten of the small workspace's emails (contact20790@ … contact20799@) and one of the large one's.
+    let nodes = analyzed(&db.pool, &request(small, SortKey::CreatedAt, Some("contact2079"), None)).await;
+
+    let picked = index_only_scan(&nodes, "contacts_by_created");
+    assert_eq!(count(picked, "Heap Fetches"), 0, "no row is read to decide the page: {picked:#}");
+    assert_eq!(
+        count(picked, "Actual Rows") + count(picked, "Rows Removed by Filter"),
+        800,
+        "exactly the small workspace's entries are examined: {picked:#}"
+    );
+    assert!(scan_of(&nodes, "contacts_search").is_none(), "no trigram posting list is decoded: {nodes:#?}");
+    let read = scan_of(&nodes, "contacts_pkey").unwrap_or_else(|| panic!("{nodes:#?}"));
+    assert_eq!(count(read, "Actual Rows") * count(read, "Actual Loops"), 10, "only the matches are read: {read:#}");
+}
+
+#[tokio::test]
+async fn a_common_term_in_a_large_workspace_stops_reading_the_order_index_once_its_page_is_full() {
+    let db = TestDatabase::create().await;
+    let (large, _) = seed_volume(&db.pool).await;
+
+    // Every name is "Company …": the first 51 entries fill the page.
+    let nodes = analyzed(&db.pool, &request(large, SortKey::CreatedAt, Some("company"), None)).await;
+
+    let picked = index_only_scan(&nodes, "contacts_by_created");
+    let examined = count(picked, "Actual Rows") + count(picked, "Rows Removed by Filter");
+    assert!(examined <= 51, "examined {examined} of the workspace's 20,000 entries: {picked:#}");
+}
+
+#[tokio::test]
+async fn a_search_with_a_type_filter_is_still_decided_in_the_order_index() {
+    let db = TestDatabase::create().await;
+    let (_, small) = seed_volume(&db.pool).await;
+    let customers =
+        ListRequest { kind: ContactType::Customer, ..request(small, SortKey::CreatedAt, Some("contact2079"), None) };
+
+    let nodes = analyzed(&db.pool, &customers).await;
+
+    let picked = index_only_scan(&nodes, "contacts_by_created");
+    assert_eq!(count(picked, "Heap Fetches"), 0, "{picked:#}");
+}
+
+#[tokio::test]
+async fn once_statistics_show_most_rows_changed_a_small_workspace_search_stops_walking_the_order_index() {
+    let db = TestDatabase::create().await;
+    let (_, small) = seed_volume(&db.pool).await;
+    sqlx::query("vacuum analyze contacts").execute(&db.pool).await.expect("vacuum");
+    // Every row changes after the vacuum: no page is all-visible any more, so the order
+    // index alone can no longer decide a row. Autoanalyze (2 % of rows) tells the planner.
+    sqlx::query("update contacts set phone = coalesce(phone, '') || '1', version = version + 1")
+        .execute(&db.pool)
+        .await
+        .expect("update every row");
+    sqlx::query("analyze contacts").execute(&db.pool).await.expect("analyze");
+
+    let nodes = explained(&db.pool, &request(small, SortKey::CreatedAt, Some("contact2079"), None)).await;
+
+    assert!(scan_of(&nodes, "contacts_search").is_some(), "the trigram index decides the page: {nodes:#?}");
+    assert!(nodes.iter().all(|node| node["Node Type"] != "Index Only Scan"), "{nodes:#?}");
+}
+
+#[tokio::test]
+async fn contacts_and_items_are_analyzed_once_two_percent_of_their_rows_change() {
+    let db = TestDatabase::create().await;
+
+    let options: Vec<(String, Vec<String>)> = sqlx::query_as(
+        "select relname::text, coalesce(reloptions, '{}') from pg_class \
+         where relname in ('contacts', 'items') and relkind = 'r' order by relname",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("table options");
+
+    assert_eq!(options.len(), 2, "{options:?}");
+    for (table, options) in &options {
+        assert!(options.contains(&"autovacuum_analyze_scale_factor=0.02".to_owned()), "{table}: {options:?}");
+    }
 }
