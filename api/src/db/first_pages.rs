@@ -1,7 +1,8 @@
 //! First pages that have not changed, served without a database round trip.
 //!
 //! Integrations poll the first page of a collection far more often than it changes.
-//! Its rows are kept here per (resource, workspace, type, sort, limit) and evicted
+//! Each page is kept as served (its records already written as JSON) per (resource,
+//! workspace, type, sort, limit), so a hit copies and writes no record. It is evicted
 //! when PostgreSQL notifies `lectern_changes` with the workspace: the read model's
 //! statement-level triggers send that for every committed write, whoever wrote it.
 //! As with the key cache, nothing is trusted while the LISTEN connection is down, and
@@ -19,9 +20,10 @@ use crate::listing::SortKey;
 
 /// The channel the read model's triggers notify with a workspace id.
 pub const CHANGES_CHANNEL: &str = "lectern_changes";
-/// Past this many pages the cache starts over: memory stays bounded whatever the
-/// number of workspaces polled.
-const MAX_PAGES: usize = 20_000;
+/// Past this many bytes of pages the cache starts over: memory stays bounded whatever
+/// the number of workspaces polled and the page sizes they ask for. A first page of 50
+/// contacts takes about 17 KB, so this holds about 2,000 of them.
+pub const DEFAULT_BUDGET_BYTES: usize = 32 * 1024 * 1024;
 
 /// Which first page.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -33,17 +35,32 @@ pub struct PageKey {
     pub limit: u16,
 }
 
-type Rows = Arc<dyn Any + Send + Sync>;
+/// A page as the API serves it; its type is the HTTP layer's business.
+type Page = Arc<dyn Any + Send + Sync>;
+
+/// The pages, with the bytes they hold.
+#[derive(Default)]
+struct Pages {
+    by_key: HashMap<PageKey, (Page, usize)>,
+    bytes: usize,
+}
 
 /// The cache, shared by every request of a process.
-#[derive(Default)]
 pub struct FirstPages {
-    pages: RwLock<HashMap<PageKey, Rows>>,
+    pages: RwLock<Pages>,
+    /// Bytes of pages held at most.
+    budget_bytes: usize,
     /// Bumped per workspace on every notification, so a query that started before a
     /// change and finished after it does not cache what it read.
     generations: Mutex<HashMap<Uuid, u64>>,
     /// True only while the LISTEN connection is up ([`super::notifications`]).
     listening: AtomicBool,
+}
+
+impl Default for FirstPages {
+    fn default() -> Self {
+        Self::with_budget(DEFAULT_BUDGET_BYTES)
+    }
 }
 
 /// Proof of the workspace's generation when a query started.
@@ -70,7 +87,7 @@ impl Invalidated for FirstPages {
         for generation in generations.values_mut() {
             *generation += 1;
         }
-        self.write_pages().clear();
+        *self.write_pages() = Pages::default();
     }
 
     fn listening(&self) -> &AtomicBool {
@@ -79,13 +96,23 @@ impl Invalidated for FirstPages {
 }
 
 impl FirstPages {
-    /// The cached rows of `key`, if trusted and present.
-    pub fn get<Row: Clone + Send + Sync + 'static>(&self, key: &PageKey) -> Option<Arc<Vec<Row>>> {
+    /// A cache holding at most `budget_bytes` of pages.
+    pub fn with_budget(budget_bytes: usize) -> Self {
+        Self {
+            pages: RwLock::default(),
+            budget_bytes,
+            generations: Mutex::default(),
+            listening: AtomicBool::new(false),
+        }
+    }
+
+    /// The cached page of `key`, if trusted and present.
+    pub fn get<Page: Send + Sync + 'static>(&self, key: &PageKey) -> Option<Arc<Page>> {
         if !self.trusted() {
             return None;
         }
-        let rows = self.read_pages().get(key)?.clone();
-        rows.downcast::<Vec<Row>>().ok()
+        let page = self.read_pages().by_key.get(key)?.0.clone();
+        page.downcast::<Page>().ok()
     }
 
     /// Taken before querying, handed back to [`FirstPages::put`].
@@ -95,8 +122,9 @@ impl FirstPages {
         Ticket { generation, trusted }
     }
 
-    /// Caches `rows` unless the workspace changed since `ticket` was taken.
-    pub fn put<Row: Clone + Send + Sync + 'static>(&self, key: PageKey, ticket: Ticket, rows: Arc<Vec<Row>>) {
+    /// Caches `page`, which holds `bytes`, unless the workspace changed since `ticket`
+    /// was taken.
+    pub fn put<Page: Send + Sync + 'static>(&self, key: PageKey, ticket: Ticket, page: Arc<Page>, bytes: usize) {
         if !ticket.trusted || !self.trusted() {
             return;
         }
@@ -105,10 +133,13 @@ impl FirstPages {
             return;
         }
         let mut pages = self.write_pages();
-        if pages.len() >= MAX_PAGES {
-            pages.clear();
+        if pages.bytes + bytes > self.budget_bytes {
+            *pages = Pages::default();
         }
-        pages.insert(key, rows);
+        pages.bytes += bytes;
+        if let Some((_, replaced)) = pages.by_key.insert(key, (page, bytes)) {
+            pages.bytes -= replaced;
+        }
         // Held until here so an eviction cannot slip between the check and the insert.
         drop(generations);
     }
@@ -116,16 +147,25 @@ impl FirstPages {
     fn evict_workspace(&self, workspace_id: Uuid) {
         let mut generations = self.lock_generations();
         *generations.entry(workspace_id).or_default() += 1;
-        self.write_pages().retain(|key, _| key.workspace_id != workspace_id);
+        let mut pages = self.write_pages();
+        let mut freed = 0;
+        pages.by_key.retain(|key, (_, bytes)| {
+            let keep = key.workspace_id != workspace_id;
+            if !keep {
+                freed += *bytes;
+            }
+            keep
+        });
+        pages.bytes -= freed;
     }
 
     // A panic while holding these locks cannot leave the maps inconsistent (single
     // inserts and removals), so a poisoned lock is still usable.
-    fn read_pages(&self) -> std::sync::RwLockReadGuard<'_, HashMap<PageKey, Rows>> {
+    fn read_pages(&self) -> std::sync::RwLockReadGuard<'_, Pages> {
         self.pages.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write_pages(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<PageKey, Rows>> {
+    fn write_pages(&self) -> std::sync::RwLockWriteGuard<'_, Pages> {
         self.pages.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -153,10 +193,10 @@ mod tests {
         let cache = listening_cache();
         let workspace = Uuid::from_u128(1);
         let ticket = cache.ticket(workspace);
-        cache.put(key(workspace), ticket, Arc::new(vec![1_u8, 2]));
-        assert_eq!(cache.get::<u8>(&key(workspace)).as_deref(), Some(&vec![1, 2]));
+        cache.put(key(workspace), ticket, Arc::new(vec![1_u8, 2]), 2);
+        assert_eq!(cache.get::<Vec<u8>>(&key(workspace)).as_deref(), Some(&vec![1, 2]));
         cache.evict_workspace(workspace);
-        assert!(cache.get::<u8>(&key(workspace)).is_none());
+        assert!(cache.get::<Vec<u8>>(&key(workspace)).is_none());
     }
 
     #[test]
@@ -165,24 +205,53 @@ mod tests {
         let workspace = Uuid::from_u128(1);
         let ticket = cache.ticket(workspace);
         cache.evict_workspace(workspace);
-        cache.put(key(workspace), ticket, Arc::new(vec![1_u8]));
-        assert!(cache.get::<u8>(&key(workspace)).is_none());
+        cache.put(key(workspace), ticket, Arc::new(vec![1_u8]), 1);
+        assert!(cache.get::<Vec<u8>>(&key(workspace)).is_none());
     }
 
     #[test]
     fn another_workspaces_change_leaves_a_page_cached() {
         let cache = listening_cache();
         let workspace = Uuid::from_u128(1);
-        cache.put(key(workspace), cache.ticket(workspace), Arc::new(vec![1_u8]));
+        cache.put(key(workspace), cache.ticket(workspace), Arc::new(vec![1_u8]), 1);
         cache.evict_workspace(Uuid::from_u128(2));
-        assert!(cache.get::<u8>(&key(workspace)).is_some());
+        assert!(cache.get::<Vec<u8>>(&key(workspace)).is_some());
     }
 
     #[test]
     fn nothing_is_cached_or_served_while_not_listening() {
         let cache = FirstPages::default();
         let workspace = Uuid::from_u128(1);
-        cache.put(key(workspace), cache.ticket(workspace), Arc::new(vec![1_u8]));
-        assert!(cache.get::<u8>(&key(workspace)).is_none());
+        cache.put(key(workspace), cache.ticket(workspace), Arc::new(vec![1_u8]), 1);
+        assert!(cache.get::<Vec<u8>>(&key(workspace)).is_none());
+    }
+
+    #[test]
+    fn past_its_byte_budget_the_cache_starts_over() {
+        let cache = FirstPages::with_budget(100);
+        cache.reset(true);
+        let (first, second, third) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        cache.put(key(first), cache.ticket(first), Arc::new(vec![1_u8]), 60);
+        cache.put(key(second), cache.ticket(second), Arc::new(vec![2_u8]), 40);
+        assert!(cache.get::<Vec<u8>>(&key(first)).is_some() && cache.get::<Vec<u8>>(&key(second)).is_some());
+
+        cache.put(key(third), cache.ticket(third), Arc::new(vec![3_u8]), 1);
+
+        assert!(cache.get::<Vec<u8>>(&key(first)).is_none() && cache.get::<Vec<u8>>(&key(second)).is_none());
+        assert!(cache.get::<Vec<u8>>(&key(third)).is_some());
+    }
+
+    #[test]
+    fn an_evicted_workspace_gives_its_bytes_back_to_the_budget() {
+        let cache = FirstPages::with_budget(100);
+        cache.reset(true);
+        let (first, second) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        cache.put(key(first), cache.ticket(first), Arc::new(vec![1_u8]), 60);
+        cache.evict_workspace(first);
+
+        cache.put(key(second), cache.ticket(second), Arc::new(vec![2_u8]), 30);
+        cache.put(key(first), cache.ticket(first), Arc::new(vec![1_u8]), 30);
+
+        assert!(cache.get::<Vec<u8>>(&key(second)).is_some(), "the evicted page's 60 bytes still counted");
     }
 }

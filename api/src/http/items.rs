@@ -8,8 +8,8 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ItemsReader;
-use super::collection::{list_page, GetError, ListError, ListParams, ListQuery, NoQuery};
-use super::payload::JsonBody;
+use super::collection::{list_page, GetError, ListError, ListParams, ListQuery, NoQuery, Presented};
+use super::payload::{write_json, JsonBody};
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
@@ -53,6 +53,13 @@ fn served(row: items::ItemRow) -> Result<Item, ApiError> {
     Item::try_from(row).map_err(|error| ApiError::Internal(Box::new(error)))
 }
 
+impl Presented for Items {
+    fn write_data(rows: Vec<items::ItemRow>, out: &mut Vec<u8>) -> Result<(), ApiError> {
+        let records = rows.into_iter().map(served).collect::<Result<Vec<Item>, ApiError>>()?;
+        write_json(&records, out)
+    }
+}
+
 #[OpenApi(prefix_path = "/v1", tag = "Tags::Items")]
 impl ItemsApi {
     /// List active items
@@ -83,9 +90,7 @@ impl ItemsApi {
         sort: Query<SortKey>,
     ) -> Result<JsonBody<ItemList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
-        let (rows, page) = list_page::<Items>(&state, &key.0, params).await?;
-        let data = rows.into_iter().map(served).collect::<Result<Vec<Item>, ApiError>>()?;
-        Ok(JsonBody(ItemList { data, page, request_id: RequestId::current() }))
+        Ok(JsonBody::assembled(list_page::<Items>(&state, &key.0, params).await?))
     }
 
     /// Retrieve an active item
@@ -104,6 +109,6 @@ impl ItemsApi {
         let id = id.0.parse()?;
         let row = items::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row = row.ok_or_else(|| ApiError::NotFound("No active item with this id in this workspace.".to_owned()))?;
-        Ok(JsonBody(ItemEnvelope { data: served(row)?, request_id: RequestId::current() }))
+        Ok(JsonBody::new(&ItemEnvelope { data: served(row)?, request_id: RequestId::current() })?)
     }
 }

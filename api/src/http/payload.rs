@@ -1,11 +1,14 @@
-//! Successful JSON bodies, serialised straight from the records by serde.
+//! Successful JSON bodies: bytes written by serde, documented by poem-openapi.
 //!
 //! poem-openapi's `Json` first turns a body into a `serde_json::Value` tree (a map and
-//! a string allocation per field of every row), then writes that tree. The schema in the
-//! OpenAPI document still comes from the same types' poem-openapi derivations, and a test
-//! holds each type's serde output to its documented schema.
+//! a string allocation per field of every row), then writes that tree. Here a body is
+//! written once, straight from the records, or assembled around a listing's `data`
+//! array that was written once and cached. The schema in the OpenAPI document still
+//! comes from the documented types' poem-openapi derivations, and tests hold the bytes
+//! to what those types describe.
 
-use poem::http::StatusCode;
+use std::marker::PhantomData;
+
 use poem::{IntoResponse, Response};
 use poem_openapi::payload::Payload;
 use poem_openapi::registry::{MetaMediaType, MetaResponse, MetaResponses, MetaSchemaRef, Registry};
@@ -13,9 +16,36 @@ use poem_openapi::types::Type;
 use poem_openapi::ApiResponse;
 use serde::Serialize;
 
-/// A 200 JSON body written by serde.
+use crate::error::ApiError;
+
+/// A 200 JSON body, documented as `T`.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub struct JsonBody<T> {
+    bytes: Vec<u8>,
+    documented: PhantomData<fn() -> T>,
+}
+
+impl<T: Serialize> JsonBody<T> {
+    /// `value` written by serde.
+    pub fn new(value: &T) -> Result<Self, ApiError> {
+        let mut bytes = Vec::with_capacity(512);
+        write_json(value, &mut bytes)?;
+        Ok(Self::assembled(bytes))
+    }
+}
+
+/// Appends `value` as JSON. Our bodies are plain structs of strings, numbers and
+/// booleans; failing here is a bug, which the envelope turns into the contract's 500.
+pub fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), ApiError> {
+    serde_json::to_writer(out, value).map_err(|error| ApiError::Internal(Box::new(error)))
+}
+
+impl<T> JsonBody<T> {
+    /// Bytes already written in `T`'s shape.
+    pub fn assembled(bytes: Vec<u8>) -> Self {
+        Self { bytes, documented: PhantomData }
+    }
+}
 
 impl<T: Type> Payload for JsonBody<T> {
     const CONTENT_TYPE: &'static str = "application/json; charset=utf-8";
@@ -33,21 +63,13 @@ impl<T: Type> Payload for JsonBody<T> {
     }
 }
 
-impl<T: Type + Serialize + Send> IntoResponse for JsonBody<T> {
+impl<T: Type> IntoResponse for JsonBody<T> {
     fn into_response(self) -> Response {
-        match serde_json::to_vec(&self.0) {
-            Ok(body) => Response::builder().content_type(<Self as Payload>::CONTENT_TYPE).body(body),
-            // Our bodies are plain structs of strings, numbers and booleans; this cannot
-            // happen short of a bug, which the envelope turns into the contract's 500.
-            Err(error) => {
-                tracing::error!(%error, "serialising a response body failed");
-                Response::builder().status(StatusCode::INTERNAL_SERVER_ERROR).finish()
-            }
-        }
+        Response::builder().content_type(<Self as Payload>::CONTENT_TYPE).body(self.bytes)
     }
 }
 
-impl<T: Type + Serialize + Send> ApiResponse for JsonBody<T> {
+impl<T: Type> ApiResponse for JsonBody<T> {
     fn meta() -> MetaResponses {
         MetaResponses {
             responses: vec![MetaResponse {

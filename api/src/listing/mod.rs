@@ -9,7 +9,7 @@ pub(crate) mod params;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-pub use page::{paginate, PageInfo};
+pub use page::PageInfo;
 pub(crate) use params::query_enum;
 pub use params::{CursorToken, Limit, SearchText, SortKey};
 
