@@ -1,7 +1,11 @@
 //! The API's one error type. Each variant's doc names the status and contract code it
 //! becomes; [`crate::http::envelope`] renders them all in the contract's error shape.
 
+use std::sync::Arc;
+
 use poem::http::StatusCode;
+
+use crate::db::lookups::LookupError;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -28,8 +32,9 @@ pub enum ApiError {
     )]
     RateLimited { retry_after_secs: u64 },
     /// 503 `SERVICE_UNAVAILABLE`: the database is unreachable or saturated; retry later.
+    /// Shared, because one failed statement may answer a whole batch of lookups.
     #[error("the database is unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] Arc<sqlx::Error>),
     /// 500 `INTERNAL_ERROR`: a bug or an unexpected database answer. The cause is
     /// logged, never sent.
     #[error("internal error")]
@@ -120,10 +125,25 @@ pub fn code_for_status(status: StatusCode) -> ErrorCode {
 
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
+        Arc::new(error).into()
+    }
+}
+
+impl From<Arc<sqlx::Error>> for ApiError {
+    fn from(error: Arc<sqlx::Error>) -> Self {
         if crate::db::is_unavailable(&error) {
             Self::Unavailable(error)
         } else {
             Self::Internal(Box::new(error))
+        }
+    }
+}
+
+impl From<LookupError> for ApiError {
+    fn from(error: LookupError) -> Self {
+        match error {
+            LookupError::Database(error) => error.into(),
+            abandoned @ LookupError::Abandoned => Self::Internal(Box::new(abandoned)),
         }
     }
 }
@@ -166,7 +186,7 @@ mod tests {
     fn internal_and_unavailable_messages_hide_the_cause() {
         let error = ApiError::Internal("secret connection string".into());
         assert!(!error.public_message().contains("secret"));
-        let error = ApiError::Unavailable(sqlx::Error::PoolTimedOut);
+        let error = ApiError::Unavailable(Arc::new(sqlx::Error::PoolTimedOut));
         assert!(!error.public_message().contains("pool"));
     }
 }

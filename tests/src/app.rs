@@ -5,6 +5,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lectern_api::db::lookups::Lookups;
 use lectern_api::db::notifications::Invalidated;
 use lectern_api::http::{AppState, Application};
 use lectern_api::keys::{Authenticator, Environment, Scope};
@@ -83,6 +84,8 @@ impl TestApp {
             cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
             rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),
             first_pages: Arc::default(),
+            contacts: Lookups::new(pool.clone()),
+            items: Lookups::new(pool.clone()),
         };
         let caches: [Arc<dyn Invalidated>; 2] = [state.authenticator.clone(), state.first_pages.clone()];
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");

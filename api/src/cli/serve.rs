@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::database_error;
 use crate::config::ServeArgs;
 use crate::db;
+use crate::db::lookups::Lookups;
 use crate::error::CommandError;
 use crate::http::{AppState, Application};
 use crate::keys::Authenticator;
@@ -57,6 +58,8 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         pool: pool.clone(),
         rate_limits: args.rate_limits.limits(),
         first_pages: Arc::default(),
+        contacts: Lookups::new(pool.clone()),
+        items: Lookups::new(pool.clone()),
     };
     let application = Application::build(args.listen, state)
         .await

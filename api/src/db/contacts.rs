@@ -2,7 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use lectern_schema::Contact;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::listing::Resource;
@@ -76,14 +75,4 @@ impl From<ContactRow> for Contact {
             created_at: row.created_at.into(),
         }
     }
-}
-
-/// One active contact of `workspace_id`, or `None`: unknown, inactive and foreign ids
-/// are indistinguishable on purpose.
-pub async fn find(pool: &PgPool, workspace_id: Uuid, id: Uuid) -> Result<Option<ContactRow>, sqlx::Error> {
-    sqlx::query_as(&format!("select {COLUMNS} from contacts where workspace_id = $1 and id = $2 and status = 'active'"))
-        .bind(workspace_id)
-        .bind(id)
-        .fetch_optional(pool)
-        .await
 }

@@ -4,7 +4,6 @@ use chrono::{DateTime, Utc};
 use lectern_schema::events::ItemType;
 use lectern_schema::money::{Amount, Currency, Money};
 use lectern_schema::Item;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::listing::Resource;
@@ -115,13 +114,4 @@ impl TryFrom<ItemRow> for Item {
             created_at: row.created_at.into(),
         })
     }
-}
-
-/// One active item of `workspace_id`, or `None` (unknown, inactive and foreign alike).
-pub async fn find(pool: &PgPool, workspace_id: Uuid, id: Uuid) -> Result<Option<ItemRow>, sqlx::Error> {
-    sqlx::query_as(&format!("select {COLUMNS} from items where workspace_id = $1 and id = $2 and status = 'active'"))
-        .bind(workspace_id)
-        .bind(id)
-        .fetch_optional(pool)
-        .await
 }

@@ -5,6 +5,7 @@ pub mod contacts;
 pub mod first_pages;
 pub mod items;
 pub mod listing;
+pub mod lookups;
 pub mod notifications;
 
 use std::str::FromStr;

@@ -14,7 +14,7 @@ use super::payload::{write_json, JsonBody};
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
-use crate::db::contacts::{self, ContactRow, ContactType, Contacts};
+use crate::db::contacts::{ContactRow, ContactType, Contacts};
 use crate::error::ApiError;
 use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
 
@@ -104,7 +104,7 @@ impl ContactsApi {
         id: Path<RecordId>,
     ) -> Result<JsonBody<ContactEnvelope>, GetError> {
         let id = id.0.parse()?;
-        let row = contacts::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
+        let row = state.contacts.find(key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row =
             row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
         Ok(JsonBody::new(&ContactEnvelope { data: Contact::from(row), request_id: RequestId::current() })?)

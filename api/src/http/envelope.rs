@@ -325,7 +325,7 @@ mod tests {
     #[tokio::test]
     async fn a_503_always_says_when_to_retry() {
         async fn unavailable(_: Request) -> poem::Result<&'static str> {
-            Err(crate::error::ApiError::Unavailable(sqlx::Error::PoolTimedOut).into())
+            Err(crate::error::ApiError::Unavailable(std::sync::Arc::new(sqlx::Error::PoolTimedOut)).into())
         }
 
         let (response, body) = envelope_of(make(unavailable), Request::default()).await;

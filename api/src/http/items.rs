@@ -107,7 +107,7 @@ impl ItemsApi {
         id: Path<RecordId>,
     ) -> Result<JsonBody<ItemEnvelope>, GetError> {
         let id = id.0.parse()?;
-        let row = items::find(&state.pool, key.0.workspace_id, id).await.map_err(ApiError::from)?;
+        let row = state.items.find(key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row = row.ok_or_else(|| ApiError::NotFound("No active item with this id in this workspace.".to_owned()))?;
         Ok(JsonBody::new(&ItemEnvelope { data: served(row)?, request_id: RequestId::current() })?)
     }

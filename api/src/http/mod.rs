@@ -27,7 +27,10 @@ use poem_openapi::registry::MetaSchema;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::db::contacts::Contacts;
 use crate::db::first_pages::FirstPages;
+use crate::db::items::Items;
+use crate::db::lookups::Lookups;
 use crate::db::notifications::{self, Invalidated};
 use crate::error::ApiError;
 use crate::keys::Authenticator;
@@ -44,6 +47,9 @@ pub struct AppState {
     pub rate_limits: RateLimits,
     /// Unchanged first pages, evicted by the read model's change notifications.
     pub first_pages: Arc<FirstPages>,
+    /// Retrieves by id, answered in batches.
+    pub contacts: Arc<Lookups<Contacts>>,
+    pub items: Arc<Lookups<Items>>,
 }
 
 /// A record id as it arrives in a path, checked by [`RecordId::parse`].

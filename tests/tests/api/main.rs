@@ -14,6 +14,7 @@ mod first_pages;
 mod isolation;
 mod items;
 mod listing;
+mod lookups;
 mod openapi;
 mod operations;
 mod outage;

@@ -1,6 +1,11 @@
 //! The SQL statements a test's app sends, as sqlx reports them (`sqlx::query` tracing
 //! events). `#[tokio::test]` runs the app's tasks on the test's own thread, so the
 //! recorder installed for the test sees the app's statements.
+//!
+//! Not every statement: sqlx reports one that ran over a second at WARN, through
+//! another callsite, and `tracing` may have cached that callsite as uninteresting when
+//! another test's thread (which has no recorder) reached it first. Tests only count
+//! statements that finish quickly.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,10 +15,22 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::{Layer, Registry};
 
 #[derive(Clone, Default)]
-pub(crate) struct Statements(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Statements(Arc<Mutex<Vec<Statement>>>);
+
+/// One statement as sqlx reported it.
+#[derive(Debug, Default)]
+pub(crate) struct Statement {
+    pub(crate) text: String,
+    pub(crate) rows_returned: u64,
+}
 
 impl Statements {
+    /// The text of every statement sent since the last take (and forgets them).
     pub(crate) fn take(&self) -> Vec<String> {
+        self.take_with_rows().into_iter().map(|statement| statement.text).collect()
+    }
+
+    pub(crate) fn take_with_rows(&self) -> Vec<Statement> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 
@@ -25,12 +42,16 @@ impl Statements {
 
 struct Recorder(Statements);
 
-struct StatementText(String);
-
-impl Visit for StatementText {
+impl Visit for Statement {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "summary" || (field.name() == "db.statement" && !value.is_empty()) {
-            self.0 = value.to_owned();
+            self.text = value.to_owned();
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "rows_returned" {
+            self.rows_returned = value;
         }
     }
 
@@ -39,11 +60,11 @@ impl Visit for StatementText {
 
 impl<S: tracing::Subscriber> Layer<S> for Recorder {
     fn on_event(&self, event: &tracing::Event<'_>, _context: Context<'_, S>) {
-        let mut text = StatementText(String::new());
-        event.record(&mut text);
+        let mut statement = Statement::default();
+        event.record(&mut statement);
         // The background flush of last-used times is not on any request's path.
-        if !text.0.contains("last_used_at") {
-            self.0 .0.lock().unwrap().push(text.0);
+        if !statement.text.contains("last_used_at") {
+            self.0 .0.lock().unwrap().push(statement);
         }
     }
 }
