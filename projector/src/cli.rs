@@ -70,6 +70,10 @@ struct RunArgs {
     /// Most events applied in one transaction.
     #[arg(long, env = "LECTERN_PROJECTOR_BATCH_SIZE", default_value_t = 1_000, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     batch_size: u16,
+    /// Batches applied at once, each in its own transaction (one PostgreSQL session
+    /// each).
+    #[arg(long, env = "LECTERN_PROJECTOR_CONCURRENT_BATCHES", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=16))]
+    concurrent_batches: u8,
     /// Address of the operations listener (/metrics, /healthz, /readyz); keep it private.
     #[arg(long, env = "LECTERN_PROJECTOR_METRICS_LISTEN", default_value = "127.0.0.1:9465")]
     metrics_listen: std::net::SocketAddr,
@@ -201,7 +205,7 @@ async fn connect(args: &DatabaseArgs) -> Result<PgPool, ProjectorError> {
 async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     // Metrics recorded before the recorder exists are lost: install it first thing.
     let _ = lectern_schema::ops::server::metrics_handle();
-    let pool = consumer::pool(&args.database.database_url)?;
+    let pool = consumer::pool_for(&args.database.database_url, usize::from(args.concurrent_batches))?;
     let operations_server =
         OperationsServer::bind(args.metrics_listen).await.map_err(|source| ProjectorError::Listen {
             setting: "--metrics-listen/LECTERN_PROJECTOR_METRICS_LISTEN",
@@ -221,7 +225,11 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         operations::nothing_before_scrape(),
         async move { stopped.cancelled().await },
     ));
-    let settings = RunSettings { batch_size: usize::from(args.batch_size), ..RunSettings::default() };
+    let settings = RunSettings {
+        batch_size: usize::from(args.batch_size),
+        concurrent_batches: usize::from(args.concurrent_batches),
+        ..RunSettings::default()
+    };
     let consumed = consumer::run(client, pool, settings, shutdown.clone()).await;
     shutdown.cancel();
     if let Ok(Err(error)) = operations_task.await {

@@ -434,12 +434,12 @@ async fn sigterm_finishes_the_batch_in_hand_commits_acknowledges_and_exits_0() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let fleet = Fleet::new(100);
-    let events = fleet.events(1..=31);
+    let events = fleet.events(1..=61);
     let total = u64::try_from(events.len()).expect("total");
     let sequences = publish_all(&changes(&nats).await, &events).await;
 
-    // Three stops (each one a chance for the race to show), each with the batch it pulled
-    // in hand: at most 1,000 events, so some are left for the last projector.
+    // Three stops (each one a chance for the race to show), each with the batches it
+    // pulled in hand: at most two of 1,000 events, so some are left for the last projector.
     let mut before = 0;
     for stop in 1..=3 {
         let (exit, log) = stop_with_a_batch_in_hand(&nats, &db).await;
@@ -449,7 +449,7 @@ async fn sigterm_finishes_the_batch_in_hand_commits_acknowledges_and_exits_0() {
         let delivered = consumer.delivered.stream_sequence;
         assert!(delivered > before, "stop {stop}: no batch was in hand: {consumer:#?}");
         assert_eq!(half_applied_rows(&db.pool).await, 0, "a row holds a name its version never carried");
-        // The batch in hand was committed: every delivered event has its effect.
+        // The batches in hand were committed: every delivered event has its effect.
         assert_acknowledged_events_are_committed(&events, &sequences, delivered, &fleet.versions(&db.pool).await);
         // Acknowledgements the server has not read yet get a moment; lost ones never come.
         let acknowledged = eventually(Duration::from_secs(5), || async {
@@ -470,7 +470,7 @@ async fn sigterm_finishes_the_batch_in_hand_commits_acknowledges_and_exits_0() {
     }
 
     let last = Projector::run(&nats.url, &db.url);
-    fleet.assert_all_reach(&db.pool, 31, &last).await;
+    fleet.assert_all_reach(&db.pool, 61, &last).await;
     let status = status(&nats.url, &db.url).await;
     assert_eq!((number(&status, "lastSequence"), number(&status, "pending")), (total, 0), "{status}");
     last.stop().await;
