@@ -42,6 +42,19 @@ impl TestDatabase {
         lectern_api::db::MIGRATOR.run(&pool).await.expect("apply migrations");
         Self { pool, url, name }
     }
+
+    /// Sessions of this database waiting for a lock: how tests know that a statement
+    /// they blocked on purpose has reached the block.
+    pub async fn sessions_waiting_on_a_lock(&self) -> i64 {
+        sqlx::query_scalar(
+            "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid \
+             where not l.granted and a.datname = $1",
+        )
+        .bind(&self.name)
+        .fetch_one(&self.pool)
+        .await
+        .expect("count sessions waiting on a lock")
+    }
 }
 
 async fn sweep_stale(admin: String) {

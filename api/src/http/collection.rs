@@ -11,6 +11,7 @@ use crate::listing::cursor::{CursorScope, CursorSigner};
 use crate::listing::{CursorToken, Keyed, Limit, ListRequest, PageInfo, Position, SearchText, SortKey};
 
 use super::envelope::error_responses;
+use super::payload::write_json;
 use super::request_id::RequestId;
 use super::strict_query::{parses_as, Parameter, QueryContract};
 use super::AppState;
@@ -61,7 +62,12 @@ impl RenderedPage {
     }
 
     /// The listing's body `{data, page, requestId}`, with a freshly signed cursor.
-    pub fn body(&self, signer: &CursorSigner, scope: &CursorScope<'_>, request_id: &RequestId) -> Vec<u8> {
+    pub fn body(
+        &self,
+        signer: &CursorSigner,
+        scope: &CursorScope<'_>,
+        request_id: &RequestId,
+    ) -> Result<Vec<u8>, ApiError> {
         let page = PageInfo {
             has_more: self.next.is_some(),
             next_cursor: self.next.as_ref().map(|next| signer.issue(scope, next)),
@@ -70,12 +76,11 @@ impl RenderedPage {
         body.extend_from_slice(b"{\"data\":");
         body.extend_from_slice(&self.data);
         body.extend_from_slice(b",\"page\":");
-        // Writing strings and booleans into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut body, &page);
+        write_json(&page, &mut body)?;
         body.extend_from_slice(b",\"requestId\":");
-        let _ = serde_json::to_writer(&mut body, request_id);
+        write_json(request_id, &mut body)?;
         body.push(b'}');
-        body
+        Ok(body)
     }
 }
 
@@ -113,7 +118,7 @@ pub async fn list_page<R: Presented>(
         let rows = fetch_page::<R>(&state.pool, &request).await?;
         Arc::new(RenderedPage::new::<R>(rows, request.limit.get(), request.sort)?)
     };
-    Ok(page.body(&state.cursors, &scope, &RequestId::current()))
+    page.body(&state.cursors, &scope, &RequestId::current())
 }
 
 /// A first page without search: from the cache when the workspace has not changed
@@ -254,7 +259,7 @@ mod tests {
     /// The assembled body, parsed, with its cursor (signed at serving time) taken out.
     fn served(page: &RenderedPage, scope: &CursorScope<'_>) -> (Value, Option<String>) {
         let request_id = RequestId::from_client("req-1").unwrap();
-        let body: Value = serde_json::from_slice(&page.body(&signer(), scope, &request_id)).unwrap();
+        let body: Value = serde_json::from_slice(&page.body(&signer(), scope, &request_id).unwrap()).unwrap();
         let cursor = body["page"]["nextCursor"].as_str().map(str::to_owned);
         (body, cursor)
     }

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use lectern_api::db::contacts::Contacts;
@@ -22,21 +22,12 @@ async fn lock_contacts(db: &TestDatabase) -> PgConnection {
 }
 
 /// Waits until `count` statements of the database wait on a lock.
-async fn until_waiting_on_the_lock(pool: &PgPool, count: i64, what: &str) {
+async fn until_waiting_on_the_lock(db: &TestDatabase, count: i64, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while statements_waiting_on_a_lock(pool).await < count {
+    while db.sessions_waiting_on_a_lock().await < count {
         assert!(Instant::now() < deadline, "{what} never reached the lock");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn statements_waiting_on_a_lock(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("pg_stat_activity")
 }
 
 /// Sends every (key, path) so that they are read by one statement, and returns the
@@ -57,7 +48,7 @@ async fn in_one_batch_behind_a_lock(
     let mut parked = Vec::new();
     for waiting in 1..=CONCURRENT_BATCHES {
         parked.push(send(key, &format!("/v1/contacts/{}", Uuid::new_v4())));
-        until_waiting_on_the_lock(&app.pool, waiting as i64, &format!("parked lookup {waiting}")).await;
+        until_waiting_on_the_lock(db, waiting as i64, &format!("parked lookup {waiting}")).await;
     }
     let sent: Vec<_> = requests.iter().map(|(key, path)| send(key, path)).collect();
     // Time for the requests to arrive and queue; a straggler would only make its own batch.
@@ -153,11 +144,11 @@ async fn a_retrieve_queued_behind_a_stalled_batch_gets_a_statement_of_its_own() 
     let locker = lock_contacts(&db).await;
 
     let stuck = find();
-    until_waiting_on_the_lock(&db.pool, 1, "the first lookup").await;
+    until_waiting_on_the_lock(&db, 1, "the first lookup").await;
     // Queued well within the 200 ms a batch may run alone; no request comes after it.
     let queued = find();
 
-    until_waiting_on_the_lock(&db.pool, 2, "the lookup queued behind the stalled batch").await;
+    until_waiting_on_the_lock(&db, 2, "the lookup queued behind the stalled batch").await;
     sqlx::raw_sql("rollback").execute(&mut { locker }).await.expect("release the lock");
     for lookup in [stuck, queued] {
         assert_eq!(lookup.await.expect("lookup task").map(|row| row.name), Some("Acme".to_owned()));

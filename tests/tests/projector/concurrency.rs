@@ -15,16 +15,6 @@ async fn version_of(pool: &PgPool, workspace: Uuid, id: Uuid) -> Option<i64> {
     contact_row(pool, workspace, id).await.map(|(_, version, _)| version)
 }
 
-async fn sessions_waiting_on_a_lock(db: &TestDatabase) -> i64 {
-    sqlx::query_scalar(
-        "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid where not l.granted and a.datname = $1",
-    )
-    .bind(&db.name)
-    .fetch_one(&db.pool)
-    .await
-    .expect("count sessions waiting on a lock")
-}
-
 #[tokio::test]
 async fn an_event_arriving_while_a_batch_waits_on_a_row_lock_is_applied_without_waiting_for_it() {
     let nats = TestNats::start().await;
@@ -45,7 +35,7 @@ async fn an_event_arriving_while_a_batch_waits_on_a_row_lock_is_applied_without_
         .await
         .expect("lock the row");
     publish(&client, &contact_event("updated", workspace, held, 2, "Held v2")).await;
-    let waiting = eventually(VISIBLE_WITHIN, || async { sessions_waiting_on_a_lock(&db).await > 0 }).await;
+    let waiting = eventually(VISIBLE_WITHIN, || async { db.sessions_waiting_on_a_lock().await > 0 }).await;
     assert!(waiting, "the update never reached the row lock");
 
     publish(&client, &contact_event("created", workspace, arriving, 1, "Arriving")).await;

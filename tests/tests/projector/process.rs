@@ -298,17 +298,6 @@ async fn half_applied_rows(pool: &PgPool) -> i64 {
 }
 
 /// Sessions on `database` waiting for a lock: a write blocked mid-transaction.
-async fn sessions_waiting_on_a_lock(pool: &PgPool, database: &str) -> i64 {
-    sqlx::query_scalar(
-        "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid
-         where not l.granted and a.datname = $1",
-    )
-    .bind(database)
-    .fetch_one(pool)
-    .await
-    .expect("count sessions waiting on a lock")
-}
-
 async fn dead_letter_count(pool: &PgPool) -> i64 {
     sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await.expect("count dead letters")
 }
@@ -419,7 +408,7 @@ async fn stop_with_a_batch_in_hand(nats: &TestNats, db: &TestDatabase) -> (ExitS
     let mut lock = db.pool.begin().await.expect("begin the lock transaction");
     lock.execute("lock table contacts in access exclusive mode").await.expect("lock contacts");
     let mut projector = Projector::run_with(&nats.url, &db.url, &[("LECTERN_PROJECTOR_BATCH_SIZE", "1000")]);
-    let in_hand = eventually(CATCH_UP, || async { sessions_waiting_on_a_lock(&db.pool, &db.name).await > 0 }).await;
+    let in_hand = eventually(CATCH_UP, || async { db.sessions_waiting_on_a_lock().await > 0 }).await;
     assert!(in_hand, "the projector never started writing a batch; its log:\n{}", projector.log());
     projector.signal("TERM");
     let noticed = eventually(PROCESS_TIMEOUT, || async { projector.log().contains("shutting down") }).await;
