@@ -2,14 +2,18 @@
 //! events). `#[tokio::test]` runs the app's tasks on the test's own thread, so the
 //! recorder installed for the test sees the app's statements.
 //!
-//! Not every statement: sqlx reports one that ran over a second at WARN, through
-//! another callsite, and `tracing` may have cached that callsite as uninteresting when
-//! another test's thread (which has no recorder) reached it first. Tests only count
-//! statements that finish quickly.
+//! `tracing` decides once per callsite whether anyone listens, and while exactly one
+//! subscriber is registered it asks only the subscriber of the thread that reaches the
+//! callsite first. Had another test's thread (which has no recorder) reached one of
+//! sqlx's callsites first while a single recorder was alive, that callsite would stay
+//! silent for every recorder; a second subscriber kept registered for good makes
+//! `tracing` ask all of them.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing::field::{Field, Visit};
+use tracing::subscriber::NoSubscriber;
+use tracing::Dispatch;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::{Layer, Registry};
@@ -71,6 +75,8 @@ impl<S: tracing::Subscriber> Layer<S> for Recorder {
 
 /// Records the statements sent while the returned guard lives (on this thread).
 pub(crate) fn record_statements() -> (Statements, tracing::subscriber::DefaultGuard) {
+    static NEVER_THE_ONLY_ONE: OnceLock<Dispatch> = OnceLock::new();
+    NEVER_THE_ONLY_ONE.get_or_init(|| Dispatch::new(NoSubscriber::default()));
     let statements = Statements::default();
     let recorder =
         Recorder(statements.clone()).with_filter(Targets::new().with_target("sqlx::query", tracing::Level::TRACE));
