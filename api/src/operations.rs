@@ -8,6 +8,7 @@ use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck, DEPEND
 use sqlx::PgPool;
 
 use crate::db;
+use crate::db::connections::ReadConnections;
 
 /// Names of the metrics the API records (one place, so the README and tests agree).
 pub mod names {
@@ -59,15 +60,24 @@ pub fn readiness_check(pool: PgPool) -> ReadinessCheck {
     })
 }
 
-/// Pool usage is a reading, not an event: refreshed just before each scrape.
-pub fn pool_gauges(pool: PgPool, max_connections: u32) -> BeforeScrape {
+/// Pool usage is a reading, not an event: refreshed just before each scrape. Each of
+/// the two sets of connections (`pool="shared"` for key checks, retrieves and
+/// readiness, `pool="reads"` for listings and searches) has `max_connections`.
+pub fn pool_gauges(pool: PgPool, reads: ReadConnections, max_connections: u32) -> BeforeScrape {
     Arc::new(move || {
         let open = pool.size();
         let idle = u32::try_from(pool.num_idle()).unwrap_or(open);
-        metrics::gauge!(names::POOL_CONNECTIONS, "state" => "idle").set(f64::from(idle));
-        metrics::gauge!(names::POOL_CONNECTIONS, "state" => "in_use").set(f64::from(open.saturating_sub(idle)));
+        record_pool("shared", open, idle);
+        let (open, idle) = reads.usage();
+        record_pool("reads", open, idle);
         metrics::gauge!(names::POOL_MAX).set(f64::from(max_connections));
     })
+}
+
+fn record_pool(name: &'static str, open: u32, idle: u32) {
+    metrics::gauge!(names::POOL_CONNECTIONS, "pool" => name, "state" => "idle").set(f64::from(idle));
+    metrics::gauge!(names::POOL_CONNECTIONS, "pool" => name, "state" => "in_use")
+        .set(f64::from(open.saturating_sub(idle)));
 }
 
 /// Counts one request under its route template (never the raw path: ids would make

@@ -5,8 +5,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lectern_api::db::connections::ReadConnections;
 use lectern_api::db::lookups::Lookups;
 use lectern_api::db::notifications::Invalidated;
+use lectern_api::db::PoolSettings;
 use lectern_api::http::{AppState, Application};
 use lectern_api::keys::{Authenticator, Environment, Scope};
 use lectern_api::listing::cursor::CursorSigner;
@@ -37,6 +39,17 @@ pub struct AppOptions {
     pub per_key: Policy,
     /// Uncached key lookups per client address (every test client is 127.0.0.1).
     pub lookups_per_address: Policy,
+}
+
+/// Listing connections as the API opens them, with the limits and the address of
+/// `pool` (whose connect options already carry the statement timeout).
+fn read_connections_beside(pool: &PgPool) -> ReadConnections {
+    let settings = PoolSettings {
+        max_connections: pool.options().get_max_connections(),
+        acquire_timeout: pool.options().get_acquire_timeout(),
+        statement_timeout: Duration::from_secs(30),
+    };
+    ReadConnections::new((*pool.connect_options()).clone(), &settings)
 }
 
 /// A limit no test reaches by accident.
@@ -80,6 +93,7 @@ impl TestApp {
         }
         let state = AppState {
             pool: pool.clone(),
+            reads: read_connections_beside(&pool),
             authenticator: Arc::new(Authenticator::new(pool.clone(), test_pepper(), options.environment)),
             cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
             rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),

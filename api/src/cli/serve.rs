@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::database_error;
 use crate::config::ServeArgs;
 use crate::db;
+use crate::db::connections::ReadConnections;
 use crate::db::lookups::Lookups;
 use crate::error::CommandError;
 use crate::http::{AppState, Application};
@@ -47,12 +48,16 @@ pub struct Bound {
     application: Application,
     operations: OperationsServer,
     pool: PgPool,
+    reads: ReadConnections,
     max_connections: u32,
 }
 
 /// Builds the application state and binds the public and the operations addresses.
 pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError> {
+    let url = &args.database.database_url;
+    let reads = db::read_connections(url, &args.pool.settings()).map_err(|source| database_error(url, source))?;
     let state = AppState {
+        reads: reads.clone(),
         authenticator: Arc::new(Authenticator::new(pool.clone(), args.secrets.pepper()?, args.environment)),
         cursors: CursorSigner::new(args.secrets.cursor_secret()?, Duration::from_secs(args.cursor_lifetime_secs)),
         pool: pool.clone(),
@@ -76,7 +81,7 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         environment = args.environment.as_str(),
         "lectern-api listening"
     );
-    Ok(Bound { application, operations, pool, max_connections: args.pool.db_pool_size })
+    Ok(Bound { application, operations, pool, reads, max_connections: args.pool.db_pool_size })
 }
 
 fn address_or(bound: Option<SocketAddr>, configured: SocketAddr) -> SocketAddr {
@@ -95,7 +100,7 @@ impl Bound {
     /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), CommandError> {
         let readiness = operations::readiness_check(self.pool.clone());
-        let gauges = operations::pool_gauges(self.pool.clone(), self.max_connections);
+        let gauges = operations::pool_gauges(self.pool.clone(), self.reads.clone(), self.max_connections);
         let operations_stopped = shutdown.clone();
         let operations = tokio::spawn(self.operations.run(readiness, gauges, async move {
             operations_stopped.cancelled().await;
@@ -109,6 +114,7 @@ impl Bound {
             Err(error) => tracing::warn!(%error, "the operations listener's task failed"),
             Ok(Ok(())) => {}
         }
+        self.reads.close_idle().await;
         served.map_err(CommandError::Serve)?;
         tracing::info!("lectern-api stopped");
         Ok(())

@@ -2,9 +2,10 @@
 //! workspace in keyset order, with one row more than the page for `hasMore`.
 //!
 //! The SQL is assembled from fixed fragments (values are always bound). Each shape
-//! of request (sort, type, with or without cursor) is its own prepared statement,
-//! whose generic plan is the keyset index scan. Searches are sent as unnamed
-//! statements instead: PostgreSQL then plans them with the actual pattern.
+//! of request (sort, type, with or without cursor, with or without search) is its own
+//! prepared statement. A listing's generic plan is the keyset index scan; searches run
+//! on connections that plan each execution with the actual pattern and workspace
+//! (see [`super::connections`]).
 //!
 //! A search picks its page of ids first and reads those rows afterwards. The createdAt
 //! order index carries the search document, so the inner query can walk the
@@ -14,8 +15,9 @@
 //! of rows is read.
 
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgPool, Postgres, QueryBuilder};
+use sqlx::{FromRow, Postgres, QueryBuilder};
 
+use super::connections::{PlanMode, ReadConnections};
 use crate::listing::{Keyed, KindFilter, ListRequest, Position, SortKey};
 
 /// A table that can be listed. Implemented once per resource.
@@ -32,11 +34,12 @@ pub trait Resource {
 }
 
 pub async fn fetch_page<R: Resource>(
-    pool: &PgPool,
+    connections: &ReadConnections,
     request: &ListRequest<R::Kind>,
 ) -> Result<Vec<R::Row>, sqlx::Error> {
     let mut sql = list_sql::<R>(request);
-    sql.build_query_as::<R::Row>().persistent(request.search.is_none()).fetch_all(pool).await
+    let mode = if request.search.is_some() { PlanMode::PerExecution } else { PlanMode::Generic };
+    connections.fetch_all(mode, sql.build_query_as::<R::Row>()).await
 }
 
 /// The statement for `request`; public so benchmarks can run the very same SQL.

@@ -1,6 +1,7 @@
 //! PostgreSQL access: the pool, the migrations, and one module per resource whose
 //! queries return row structs and know nothing of HTTP.
 
+pub mod connections;
 pub mod contacts;
 pub mod first_pages;
 pub mod items;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
+
+use connections::ReadConnections;
 
 /// The schema, from the workspace's `migrations/` (the only place it is defined).
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
@@ -31,10 +34,7 @@ pub struct PoolSettings {
 /// Opens a pool without connecting yet: the API starts (and answers 503) even while
 /// PostgreSQL is down, and recovers by itself when it comes back.
 pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Error> {
-    let statement_timeout = settings.statement_timeout.as_millis().to_string();
-    let options = PgConnectOptions::from_str(url)?
-        .application_name("lectern-api")
-        .options([("statement_timeout", statement_timeout.as_str())]);
+    let options = connect_options(url, settings)?;
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
@@ -43,6 +43,19 @@ pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Err
         // request gets a 503 and the pool drops the connection).
         .test_before_acquire(false)
         .connect_lazy_with(options))
+}
+
+/// The connections listings and searches borrow; like [`lazy_pool`], connected on
+/// first use.
+pub fn read_connections(url: &str, settings: &PoolSettings) -> Result<ReadConnections, sqlx::Error> {
+    Ok(ReadConnections::new(connect_options(url, settings)?, settings))
+}
+
+fn connect_options(url: &str, settings: &PoolSettings) -> Result<PgConnectOptions, sqlx::Error> {
+    let statement_timeout = settings.statement_timeout.as_millis().to_string();
+    Ok(PgConnectOptions::from_str(url)?
+        .application_name("lectern-api")
+        .options([("statement_timeout", statement_timeout.as_str())]))
 }
 
 /// Creates the database named in `url` if it does not exist yet (first run on a

@@ -115,7 +115,7 @@ pub async fn list_page<R: Presented>(
     let page = if request.after.is_none() && request.search.is_none() {
         first_page::<R>(state, &request).await?
     } else {
-        let rows = fetch_page::<R>(&state.pool, &request).await?;
+        let rows = fetch_page::<R>(&state.reads, &request).await?;
         Arc::new(RenderedPage::new::<R>(rows, request.limit.get(), request.sort)?)
     };
     page.body(&state.cursors, &scope, &RequestId::current())
@@ -142,7 +142,7 @@ async fn first_page<R: Presented>(
     }
     metrics::counter!(crate::operations::names::FIRST_PAGE_CACHE, "result" => "miss").increment(1);
     let ticket = state.first_pages.ticket(request.workspace_id);
-    let rows = fetch_page::<R>(&state.pool, request).await?;
+    let rows = fetch_page::<R>(&state.reads, request).await?;
     let page = Arc::new(RenderedPage::new::<R>(rows, request.limit.get(), request.sort)?);
     state.first_pages.put(key, ticket, page.clone(), page.bytes());
     Ok(page)

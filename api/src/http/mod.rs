@@ -27,6 +27,7 @@ use poem_openapi::registry::MetaSchema;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::db::connections::ReadConnections;
 use crate::db::contacts::Contacts;
 use crate::db::first_pages::FirstPages;
 use crate::db::items::Items;
@@ -41,7 +42,10 @@ pub use server::ServerLimits;
 
 /// What every request needs, built once.
 pub struct AppState {
+    /// Key checks, retrieves and readiness.
     pub pool: PgPool,
+    /// Listings and searches (see [`crate::db::connections`]).
+    pub reads: ReadConnections,
     pub authenticator: Arc<Authenticator>,
     pub cursors: CursorSigner,
     pub rate_limits: RateLimits,

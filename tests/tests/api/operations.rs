@@ -503,9 +503,12 @@ async fn serve_counts_every_request_by_route_template_method_and_status_on_the_o
     assert_eq!(key_cache_lookups(&metrics), f64::from(listings + 2), "{}", metrics.text);
     // The pool: its configured size and what it holds now.
     assert_eq!(metrics.value("lectern_db_pool_max_connections", &[]), Some(7.0), "{}", metrics.text);
-    let idle = metrics.value("lectern_db_pool_connections", &[("state", "idle")]).expect("idle gauge");
-    let in_use = metrics.value("lectern_db_pool_connections", &[("state", "in_use")]).expect("in_use gauge");
-    assert!((1.0..=7.0).contains(&(idle + in_use)), "idle {idle}, in use {in_use}");
+    // Each of the two sets: key checks use the shared pool, listings the reads.
+    for pool in ["shared", "reads"] {
+        let gauge = |state| metrics.value("lectern_db_pool_connections", &[("pool", pool), ("state", state)]);
+        let (idle, in_use) = (gauge("idle").expect("idle gauge"), gauge("in_use").expect("in_use gauge"));
+        assert!((1.0..=7.0).contains(&(idle + in_use)), "{pool}: idle {idle}, in use {in_use}");
+    }
     serve.stop().await;
 }
 

@@ -97,41 +97,51 @@ async fn a_statement_stuck_behind_a_lock_is_cancelled_by_the_statement_timeout_a
     api.get(&get).await.0.assert_ok();
 }
 
-/// Every connection the pool gives to requests is held by a request stuck behind a
-/// lock (the statement timeout is long, so they stay stuck); one more request must
+/// Listings and lookups by id run on two connection sets of `--db-pool-size` each
+/// (listings keep their prepared statements on connections of their own). Every
+/// connection of the set a request needs is held by a request stuck behind a lock (the
+/// statement timeout is long, so they stay stuck); one more request of that kind must
 /// get a 503 after the acquire timeout instead of waiting for them.
 ///
-/// As many requests are parked as the pool has connections. Should the API keep a
-/// LISTEN session inside the pool, the parked requests that find no connection give up
-/// (503); the pool is full once every parked request is either waiting on the lock or
+/// As many requests are parked as the set has connections. Should the API keep a
+/// LISTEN session inside the set, the parked requests that find no connection give up
+/// (503); the set is full once every parked request is either waiting on the lock or
 /// has given up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_every_pool_connection_held_by_a_blocked_request_another_request_is_503_after_the_acquire_timeout() {
+async fn with_every_connection_held_by_blocked_requests_one_more_is_503_after_the_acquire_timeout(
+    kind: &str,
+    paths: impl FnOnce(&PrivateApi) -> (Vec<String>, String),
+) {
     const POOL: u32 = 3;
     let api = Arc::new(PrivateApi::start(settings(POOL, 1_000, 60_000)).await);
     api.get(PRIMING).await.0.assert_ok();
+    let (parked_paths, probe) = paths(&api);
+    assert_eq!(parked_paths.len(), POOL as usize, "park one request per connection");
 
     let locker = lock_contacts(&api.postgres.url()).await;
-    let parked: Vec<_> = (0..POOL)
-        .map(|_| {
-            let api = Arc::clone(&api);
-            tokio::spawn(async move { api.get(UNPRIMED).await.0 })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let blocked = usize::try_from(api_sessions_waiting_on_a_lock(&api.admin).await).unwrap_or_default();
-        let gave_up = parked.iter().filter(|request| request.is_finished()).count();
-        if blocked >= 1 && blocked + gave_up == parked.len() {
-            break;
+    // One at a time, each stuck before the next starts: retrieves that arrive together
+    // would share one statement, and so one connection.
+    let mut parked = Vec::new();
+    for path in parked_paths {
+        let parker = Arc::clone(&api);
+        parked.push(tokio::spawn(async move { parker.get(&path).await.0 }));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let blocked = usize::try_from(api_sessions_waiting_on_a_lock(&api.admin).await).unwrap_or_default();
+            let gave_up = parked.iter().filter(|request| request.is_finished()).count();
+            if blocked >= 1 && blocked + gave_up == parked.len() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the {kind} set never filled up: {blocked} blocked, {gave_up} gave up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(Instant::now() < deadline, "the pool never filled up: {blocked} blocked, {gave_up} gave up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let (reply, took) = api.get(&api.contact_path()).await;
-    assert_unavailable(&reply, &format!("a request with the pool exhausted (answered in {took:?})"));
-    assert!(took < api.settings.acquire_timeout + MARGIN, "the 503 took {took:?}: it waited for more than the pool");
+    let (reply, took) = api.get(&probe).await;
+    assert_unavailable(&reply, &format!("GET {probe} with the {kind} set exhausted (answered in {took:?})"));
+    assert!(
+        took < api.settings.acquire_timeout + MARGIN,
+        "the 503 took {took:?}: it waited for more than the {kind} set"
+    );
 
     unlock(locker).await;
 
@@ -142,7 +152,26 @@ async fn with_every_pool_connection_held_by_a_blocked_request_another_request_is
         statuses.push(reply.status);
     }
     assert!(statuses.contains(&200), "the requests holding connections should finish once unlocked: {statuses:?}");
-    api.get(UNPRIMED).await.0.assert_ok();
+    api.get(&probe).await.0.assert_ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_listing_connection_held_by_a_blocked_listing_another_listing_is_503_after_the_acquire_timeout() {
+    with_every_connection_held_by_blocked_requests_one_more_is_503_after_the_acquire_timeout("listing", |_| {
+        let parked = (7..10).map(|limit| format!("/v1/contacts?limit={limit}&sort=name")).collect();
+        (parked, "/v1/contacts?limit=11&sort=name".to_owned())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_lookup_connection_held_by_a_blocked_retrieve_another_retrieve_is_503_after_the_acquire_timeout() {
+    with_every_connection_held_by_blocked_requests_one_more_is_503_after_the_acquire_timeout("lookup", |api| {
+        let mut paths: Vec<_> = api.contacts[1..5].iter().map(|id| format!("/v1/contacts/{id}")).collect();
+        let probe = paths.pop().unwrap_or_default();
+        (paths, probe)
+    })
+    .await;
 }
 
 /// `--db-pool-size 1` is a valid setting (the range starts at 1), so one connection

@@ -1,0 +1,257 @@
+//! The connections listings and searches run on: borrowed for one statement, given
+//! back without a round trip.
+//!
+//! sqlx's pool sends a `Sync` and waits for `ReadyForQuery` every time a connection
+//! goes back to it, whatever happened while it was out: for a page, whose statement
+//! is one round trip, that doubles the round trips and costs PostgreSQL a wake-up.
+//! Here a connection whose statement ran to the end goes back as it is. One that comes
+//! back any other way (an error, or a client that went away mid-statement) is drained
+//! by a task of its own before anyone else gets it, still counted against the limit,
+//! and closed if that fails.
+//!
+//! Each connection runs in one of two plan modes. Page statements are prepared once
+//! per connection and keep PostgreSQL's generic plan (the keyset range scan). Search
+//! statements are prepared too, so that a search is one round trip rather than a
+//! `Parse`/`Describe` exchange before it, but on connections that plan every execution
+//! for its actual pattern and workspace (`plan_cache_mode = force_custom_plan`):
+//! which index a search should use depends on both.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgRow};
+use sqlx::query::QueryAs;
+use sqlx::{ConnectOptions, Connection, FromRow, PgConnection, Postgres};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::PoolSettings;
+
+/// How a connection plans its prepared statements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanMode {
+    /// Generic plans once PostgreSQL finds them no worse (its default).
+    Generic,
+    /// A fresh plan for every execution, for the values it runs with.
+    PerExecution,
+}
+
+impl PlanMode {
+    fn setting(self) -> &'static str {
+        match self {
+            Self::Generic => "auto",
+            Self::PerExecution => "force_custom_plan",
+        }
+    }
+}
+
+/// Connections are replaced after this long, as sqlx's pool does by default: a
+/// backend's caches only grow.
+const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+/// Connections left idle this long are closed: a burst's extra connections do not
+/// stay open for ever.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// At most `max_connections` open, each borrowed by one statement at a time.
+#[derive(Clone)]
+pub struct ReadConnections {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// How to connect, one per mode: a new connection starts in the mode it is for.
+    generic: PgConnectOptions,
+    per_execution: PgConnectOptions,
+    /// One permit per connection that may be open; a borrow holds one, and so does a
+    /// connection being drained.
+    permits: Arc<Semaphore>,
+    max_connections: usize,
+    acquire_timeout: Duration,
+    /// How long draining an abandoned statement may take before its connection is
+    /// closed instead: the statement timeout, and a little for the network.
+    drain_timeout: Duration,
+    /// Most recently used last: borrows take from the end, so a light load keeps
+    /// reusing a few warm connections and the rest time out.
+    idle: Mutex<Vec<Idle>>,
+}
+
+struct Idle {
+    connection: PgConnection,
+    mode: PlanMode,
+    opened: Instant,
+    idle_since: Instant,
+}
+
+impl Idle {
+    fn expired(&self) -> bool {
+        self.opened.elapsed() >= MAX_LIFETIME || self.idle_since.elapsed() >= IDLE_TIMEOUT
+    }
+}
+
+impl ReadConnections {
+    /// Connects nothing yet: the API starts while PostgreSQL is down and connects on
+    /// the first request after it is back.
+    pub fn new(options: PgConnectOptions, settings: &PoolSettings) -> Self {
+        let max_connections = usize::try_from(settings.max_connections.max(1)).unwrap_or(usize::MAX);
+        let in_mode = |mode: PlanMode| options.clone().options([("plan_cache_mode", mode.setting())]);
+        let connections = Self {
+            shared: Arc::new(Shared {
+                generic: in_mode(PlanMode::Generic),
+                per_execution: in_mode(PlanMode::PerExecution),
+                permits: Arc::new(Semaphore::new(max_connections)),
+                max_connections,
+                acquire_timeout: settings.acquire_timeout,
+                drain_timeout: settings.statement_timeout + Duration::from_secs(5),
+                idle: Mutex::new(Vec::new()),
+            }),
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(close_expired_idle(Arc::downgrade(&connections.shared)));
+        }
+        connections
+    }
+
+    /// Runs `query` to the end on a connection in `mode` and returns its rows.
+    pub async fn fetch_all<'q, Row>(
+        &self,
+        mode: PlanMode,
+        query: QueryAs<'q, Postgres, Row, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<Row>, sqlx::Error>
+    where
+        Row: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+    {
+        let mut borrowed = self.borrow(mode).await?;
+        let rows = match borrowed.connection.as_mut() {
+            Some(connection) => query.fetch_all(connection).await,
+            None => Err(sqlx::Error::PoolClosed),
+        };
+        if rows.is_ok() {
+            borrowed.give_back();
+        }
+        rows
+    }
+
+    /// Connections open now, and how many of them are idle.
+    pub fn usage(&self) -> (u32, u32) {
+        let idle = self.lock_idle().len();
+        // Permits are held by borrowed connections and by those being drained.
+        let in_use = self.shared.max_connections.saturating_sub(self.shared.permits.available_permits());
+        let count = |connections: usize| u32::try_from(connections).unwrap_or(u32::MAX);
+        (count(in_use + idle), count(idle))
+    }
+
+    /// Closes the idle connections politely (a `Terminate` each); for shutdown.
+    pub async fn close_idle(&self) {
+        let idle = std::mem::take(&mut *self.lock_idle());
+        for Idle { connection, .. } in idle {
+            let _ = connection.close().await;
+        }
+    }
+
+    async fn borrow(&self, mode: PlanMode) -> Result<Borrowed, sqlx::Error> {
+        let shared = &self.shared;
+        let deadline = tokio::time::Instant::now() + shared.acquire_timeout;
+        let permit = tokio::time::timeout_at(deadline, shared.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let (mut connection, current_mode, opened) = match self.take_idle(mode) {
+            Some(idle) => (idle.connection, idle.mode, idle.opened),
+            None => {
+                let options = match mode {
+                    PlanMode::Generic => &shared.generic,
+                    PlanMode::PerExecution => &shared.per_execution,
+                };
+                let connecting = options.connect();
+                let connection =
+                    tokio::time::timeout_at(deadline, connecting).await.map_err(|_| sqlx::Error::PoolTimedOut)??;
+                (connection, mode, Instant::now())
+            }
+        };
+        if current_mode != mode {
+            // Only when the set is full and every idle connection is in the other
+            // mode: one extra round trip, after which the connection stays in this mode.
+            let set = format!("set plan_cache_mode = {}", mode.setting());
+            sqlx::query(&set).persistent(false).execute(&mut connection).await?;
+        }
+        Ok(Borrowed { connection: Some(connection), mode, opened, shared: self.shared.clone(), permit: Some(permit) })
+    }
+
+    /// For a borrower holding a permit: the most recently used idle connection in
+    /// `mode`; else, when the set may not open another, the most recent in the other
+    /// mode; else none (open a new one). Expired ones are closed on the way.
+    fn take_idle(&self, mode: PlanMode) -> Option<Idle> {
+        let mut idle = self.lock_idle();
+        idle.retain(|connection| !connection.expired());
+        if let Some(position) = idle.iter().rposition(|connection| connection.mode == mode) {
+            return Some(idle.remove(position));
+        }
+        // Every permit holder but this borrower has a connection (borrowed or being
+        // drained); counted under the lock, so two borrowers cannot both open the last.
+        let held = self.shared.max_connections.saturating_sub(self.shared.permits.available_permits());
+        let open = idle.len() + held.saturating_sub(1);
+        if open < self.shared.max_connections {
+            return None;
+        }
+        idle.pop()
+    }
+
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        lock(&self.shared.idle)
+    }
+}
+
+fn lock(idle: &Mutex<Vec<Idle>>) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    // Pushes, removals and takes only: a panic elsewhere cannot leave the list
+    // inconsistent.
+    idle.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One connection out of the set; see the module doc for how it comes back.
+struct Borrowed {
+    connection: Option<PgConnection>,
+    mode: PlanMode,
+    opened: Instant,
+    shared: Arc<Shared>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Borrowed {
+    /// Its statement ran to the end: nothing is left to read.
+    fn give_back(mut self) {
+        if let Some(connection) = self.connection.take() {
+            put_back(&self.shared, connection, self.mode, self.opened);
+        }
+    }
+}
+
+fn put_back(shared: &Shared, connection: PgConnection, mode: PlanMode, opened: Instant) {
+    lock(&shared.idle).push(Idle { connection, mode, opened, idle_since: Instant::now() });
+}
+
+/// Without borrows nothing else would look at the idle list: after a burst its
+/// connections would stay open on PostgreSQL for good.
+async fn close_expired_idle(shared: Weak<Shared>) {
+    let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        every_minute.tick().await;
+        let Some(shared) = shared.upgrade() else { return };
+        lock(&shared.idle).retain(|connection| !connection.expired());
+    }
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        let Some(mut connection) = self.connection.take() else { return };
+        let (shared, mode, opened, permit) = (self.shared.clone(), self.mode, self.opened, self.permit.take());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            // `ping` reads whatever the interrupted statement still sends, up to its
+            // `ReadyForQuery`; the permit stays taken meanwhile, so PostgreSQL never
+            // runs more statements for this set than it has connections.
+            if let Ok(Ok(())) = tokio::time::timeout(shared.drain_timeout, connection.ping()).await {
+                put_back(&shared, connection, mode, opened);
+            }
+            drop(permit);
+        });
+    }
+}
