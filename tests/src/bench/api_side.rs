@@ -88,9 +88,9 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         "API: release `lectern-api serve` (pool 16, JSON logs at info to a file, rate limits raised out of reach), one \
          key per workspace; wrk -t2 -c64 -d{s}s (after a 2 s warm-up), each request a random line of the scenario's \
          (key, path) list; RSS sampled every 100 ms during the run. Baseline: pgbench -c 16 -j 2 -T {s} with the SQL \
-         of `lectern_api::db::listing::list_sql` (retrieve: a single primary-key probe, while the API reads concurrent retrieves in batches, one statement each), `-M prepared` for \
-         listings and retrieval, `-M extended` for searches (the API sends those unnamed so they are planned with the \
-         real pattern); a random workspace or contact is a scalar subquery on a lookup table where the API binds a \
+         of `lectern_api::db::listing::list_sql` (retrieve: a single primary-key probe, while the API reads concurrent retrieves in batches, one statement each), `-M prepared` \
+         throughout, searches in sessions with `plan_cache_mode = force_custom_plan` (as the API's search connections, \
+         so each execution is planned with the real pattern); a random workspace or contact is a scalar subquery on a lookup table where the API binds a \
          parameter. The load generators run on the same CPUs as the API and PostgreSQL.",
         s = run_for.as_secs()
     ));

@@ -87,7 +87,8 @@ pub async fn pgbench(
     let server: PgConnectOptions = admin_url().parse().context("database URL")?;
     let mut command = Command::new(pgbench);
     command
-        .args(["-n", "-M", scenario.mode, "-c", "16", "-j", "2", "-T", &run_for.as_secs().to_string(), "-f"])
+        .env("PGOPTIONS", format!("-c plan_cache_mode={}", scenario.plan_cache_mode))
+        .args(["-n", "-M", "prepared", "-c", "16", "-j", "2", "-T", &run_for.as_secs().to_string(), "-f"])
         .arg(&script)
         .args(["-h", server.get_host(), "-p", &server.get_port().to_string(), "-U", server.get_username()]);
     for (name, value) in &scenario.defines {

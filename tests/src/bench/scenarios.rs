@@ -4,9 +4,10 @@
 //!
 //! pgbench cannot draw a random UUID, so a random workspace becomes a scalar subquery
 //! on a small lookup table where the API binds a parameter (an InitPlan of one index
-//! probe); a fixed workspace is bound exactly as the API binds it. Listing and
-//! retrieval run `-M prepared` (the API prepares them); searches run `-M extended`,
-//! unnamed statements planned with the real pattern, as the API sends them.
+//! probe); a fixed workspace is bound exactly as the API binds it. Every scenario runs
+//! `-M prepared`, as the API prepares every statement; searches in sessions that plan
+//! each execution for its pattern (`plan_cache_mode = force_custom_plan`), like the
+//! API's search connections.
 
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::items::{ItemKind, Items};
@@ -26,8 +27,8 @@ pub struct Scenario {
     pub script: String,
     /// `-D name=value` for pgbench.
     pub defines: Vec<(String, String)>,
-    /// `prepared` or `extended`.
-    pub mode: &'static str,
+    /// pgbench's `plan_cache_mode`: `auto`, or `force_custom_plan` for searches.
+    pub plan_cache_mode: &'static str,
 }
 
 /// What the scenarios need to know about the loaded data.
@@ -149,7 +150,7 @@ fn listing<R: Resource>(
         requests,
         script: format!("\\set w random(1, {})\n{sql};\n", plan.small().len()),
         defines,
-        mode: if request.search.is_some() { "extended" } else { "prepared" },
+        plan_cache_mode: if request.search.is_some() { "force_custom_plan" } else { "auto" },
     })
 }
 
@@ -176,7 +177,7 @@ fn retrieve(inputs: &Inputs<'_>) -> Result<Scenario> {
         requests,
         script: format!("\\set c random(1, {})\n{sql};\n", inputs.sample.len()),
         defines: Vec::new(),
-        mode: "prepared",
+        plan_cache_mode: "auto",
     })
 }
 

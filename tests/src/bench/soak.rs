@@ -170,7 +170,7 @@ fn mixed(scenarios: &[Scenario]) -> Scenario {
         requests,
         script: String::new(),
         defines: Vec::new(),
-        mode: "prepared",
+        plan_cache_mode: "auto",
     }
 }
 
