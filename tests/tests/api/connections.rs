@@ -1,6 +1,7 @@
 //! The connections listings and searches borrow: each statement shape is prepared
 //! once per connection, listings keep PostgreSQL's generic plan while searches are
-//! planned for every execution, and a connection whose statement was abandoned
+//! planned for every execution, a full set switches an idle connection to the mode
+//! a statement needs rather than open another, and a connection whose statement was abandoned
 //! half-way is drained before anyone else reads from it, without the set ever
 //! running more statements than it has connections.
 
@@ -83,6 +84,30 @@ async fn listings_reuse_one_prepared_statement_under_its_generic_plan_and_search
     assert!(*generic >= 5, "a listing keeps the generic plan once PostgreSQL finds it no worse: {listing_statement:?}");
     assert_eq!(search_statement.1, 0, "a search is never given a generic plan: {search_statement:?}");
     assert_eq!(search_statement.2, 10, "every search execution is planned for its pattern: {search_statement:?}");
+}
+
+/// The plan mode a statement borrowed in `mode` runs under, read on its connection.
+async fn plan_cache_mode(connections: &ReadConnections, mode: PlanMode) -> String {
+    let query = sqlx::query_as::<_, (String,)>("select current_setting('plan_cache_mode')");
+    let rows = connections.fetch_all(mode, query).await.expect("read plan_cache_mode");
+    rows.into_iter().next().map(|(setting,)| setting).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_full_set_switches_an_idle_connection_to_the_mode_a_statement_needs() {
+    let db = TestDatabase::create().await;
+    let connections = read_connections(&db, 1);
+
+    // One connection only: every borrow after the first takes it, whatever mode it is in.
+    for mode in [PlanMode::PerExecution, PlanMode::Generic, PlanMode::Generic, PlanMode::PerExecution] {
+        let expected = match mode {
+            PlanMode::Generic => "auto",
+            PlanMode::PerExecution => "force_custom_plan",
+        };
+        assert_eq!(plan_cache_mode(&connections, mode).await, expected, "a statement borrowed for {mode:?}");
+    }
+    assert_eq!(connections.usage(), (1, 1), "the same connection switched; no second one was opened");
+    assert_eq!(sessions_of_the_api(&db).await, 1, "one session of the API");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
