@@ -132,16 +132,14 @@ impl ReadConnections {
 
     /// Connections open now, and how many of them are idle.
     pub fn usage(&self) -> (u32, u32) {
-        let idle = self.lock_idle().len();
-        // Permits are held by borrowed connections and by those being drained.
-        let in_use = self.shared.max_connections.saturating_sub(self.shared.permits.available_permits());
+        let idle = self.shared.idle().len();
         let count = |connections: usize| u32::try_from(connections).unwrap_or(u32::MAX);
-        (count(in_use + idle), count(idle))
+        (count(self.shared.permits_held() + idle), count(idle))
     }
 
     /// Closes the idle connections politely (a `Terminate` each); for shutdown.
     pub async fn close_idle(&self) {
-        let idle = std::mem::take(&mut *self.lock_idle());
+        let idle = std::mem::take(&mut *self.shared.idle());
         for Idle { connection, .. } in idle {
             let _ = connection.close().await;
         }
@@ -178,32 +176,47 @@ impl ReadConnections {
 
     /// For a borrower holding a permit: the most recently used idle connection in
     /// `mode`; else, when the set may not open another, the most recent in the other
-    /// mode; else none (open a new one). Expired ones are closed on the way.
+    /// mode; else none (open a new one). Only the connection taken is checked for
+    /// expiry (and closed if so); the reaper sweeps the rest.
     fn take_idle(&self, mode: PlanMode) -> Option<Idle> {
-        let mut idle = self.lock_idle();
-        idle.retain(|connection| !connection.expired());
-        if let Some(position) = idle.iter().rposition(|connection| connection.mode == mode) {
-            return Some(idle.remove(position));
+        let mut idle = self.shared.idle();
+        loop {
+            let position = match idle.iter().rposition(|connection| connection.mode == mode) {
+                Some(position) => position,
+                None => {
+                    // Every permit holder but this borrower has a connection (borrowed
+                    // or being drained); counted under the lock, so two borrowers
+                    // cannot both open the last.
+                    let open = idle.len() + self.shared.permits_held().saturating_sub(1);
+                    if open < self.shared.max_connections {
+                        return None;
+                    }
+                    idle.len().checked_sub(1)?
+                }
+            };
+            let taken = idle.remove(position);
+            if !taken.expired() {
+                return Some(taken);
+            }
         }
-        // Every permit holder but this borrower has a connection (borrowed or being
-        // drained); counted under the lock, so two borrowers cannot both open the last.
-        let held = self.shared.max_connections.saturating_sub(self.shared.permits.available_permits());
-        let open = idle.len() + held.saturating_sub(1);
-        if open < self.shared.max_connections {
-            return None;
-        }
-        idle.pop()
-    }
-
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        lock(&self.shared.idle)
     }
 }
 
-fn lock(idle: &Mutex<Vec<Idle>>) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-    // Pushes, removals and takes only: a panic elsewhere cannot leave the list
-    // inconsistent.
-    idle.lock().unwrap_or_else(PoisonError::into_inner)
+impl Shared {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        // Pushes, removals and takes only: a panic elsewhere cannot leave the list
+        // inconsistent.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Permits are held by borrowed connections and by those being drained.
+    fn permits_held(&self) -> usize {
+        self.max_connections.saturating_sub(self.permits.available_permits())
+    }
+
+    fn put_back(&self, connection: PgConnection, mode: PlanMode, opened: Instant) {
+        self.idle().push(Idle { connection, mode, opened, idle_since: Instant::now() });
+    }
 }
 
 /// One connection out of the set; see the module doc for how it comes back.
@@ -219,13 +232,9 @@ impl Borrowed {
     /// Its statement ran to the end: nothing is left to read.
     fn give_back(mut self) {
         if let Some(connection) = self.connection.take() {
-            put_back(&self.shared, connection, self.mode, self.opened);
+            self.shared.put_back(connection, self.mode, self.opened);
         }
     }
-}
-
-fn put_back(shared: &Shared, connection: PgConnection, mode: PlanMode, opened: Instant) {
-    lock(&shared.idle).push(Idle { connection, mode, opened, idle_since: Instant::now() });
 }
 
 /// Without borrows nothing else would look at the idle list: after a burst its
@@ -235,7 +244,7 @@ async fn close_expired_idle(shared: Weak<Shared>) {
     loop {
         every_minute.tick().await;
         let Some(shared) = shared.upgrade() else { return };
-        lock(&shared.idle).retain(|connection| !connection.expired());
+        shared.idle().retain(|connection| !connection.expired());
     }
 }
 
@@ -249,7 +258,7 @@ impl Drop for Borrowed {
             // `ReadyForQuery`; the permit stays taken meanwhile, so PostgreSQL never
             // runs more statements for this set than it has connections.
             if let Ok(Ok(())) = tokio::time::timeout(shared.drain_timeout, connection.ping()).await {
-                put_back(&shared, connection, mode, opened);
+                shared.put_back(connection, mode, opened);
             }
             drop(permit);
         });
