@@ -15,6 +15,7 @@ use crate::demo;
 use crate::error::ProjectorError;
 use crate::operations;
 use crate::stream::{self, ensure_consumer, ensure_stream};
+use crate::workspace_indexes::OwnIndexSettings;
 use lectern_schema::ops::server::OperationsServer;
 
 /// Lectern's projector: change events from NATS JetStream into the read model.
@@ -74,6 +75,14 @@ struct RunArgs {
     /// each).
     #[arg(long, env = "LECTERN_PROJECTOR_CONCURRENT_BATCHES", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=16))]
     concurrent_batches: u8,
+    /// Active records from which a workspace gets a search index of its own (per table;
+    /// dropped below half of it).
+    #[arg(long, env = "LECTERN_PROJECTOR_OWN_SEARCH_INDEX_FROM", default_value_t = 50_000, value_parser = clap::value_parser!(i64).range(1..))]
+    own_search_index_from: i64,
+    /// Seconds between two looks for workspaces that need (or no longer need) an index
+    /// of their own.
+    #[arg(long, env = "LECTERN_PROJECTOR_OWN_SEARCH_INDEX_EVERY", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    own_search_index_every: u64,
     /// Address of the operations listener (/metrics, /healthz, /readyz); keep it private.
     #[arg(long, env = "LECTERN_PROJECTOR_METRICS_LISTEN", default_value = "127.0.0.1:9465")]
     metrics_listen: std::net::SocketAddr,
@@ -228,6 +237,10 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     let settings = RunSettings {
         batch_size: usize::from(args.batch_size),
         concurrent_batches: usize::from(args.concurrent_batches),
+        own_indexes: OwnIndexSettings {
+            from_rows: args.own_search_index_from,
+            check_every: std::time::Duration::from_secs(args.own_search_index_every),
+        },
         ..RunSettings::default()
     };
     let consumed = consumer::run(client, pool, settings, shutdown.clone()).await;

@@ -27,6 +27,7 @@ use crate::apply::{apply_batch, Received};
 use crate::error::ProjectorError;
 use crate::pending_lists;
 use crate::stream::{ensure_consumer, ensure_stream};
+use crate::workspace_indexes::{self, OwnIndexSettings};
 
 /// How the loop pulls.
 #[derive(Clone, Debug)]
@@ -37,11 +38,18 @@ pub struct RunSettings {
     pub pull_wait: Duration,
     /// Batches applied at once (at least 1).
     pub concurrent_batches: usize,
+    /// When large workspaces get a search index of their own.
+    pub own_indexes: OwnIndexSettings,
 }
 
 impl Default for RunSettings {
     fn default() -> Self {
-        Self { batch_size: 1_000, pull_wait: Duration::from_secs(1), concurrent_batches: 2 }
+        Self {
+            batch_size: 1_000,
+            pull_wait: Duration::from_secs(1),
+            concurrent_batches: 2,
+            own_indexes: OwnIndexSettings::default(),
+        }
     }
 }
 
@@ -58,7 +66,8 @@ pub fn pool(database_url: &str) -> Result<PgPool, sqlx::Error> {
 }
 
 /// The projector's pool, connecting on first use: a connection per batch in flight,
-/// one for the search indexes' merges and one for readiness probes; the name tells
+/// one for the search indexes' merges and one for readiness probes (large workspaces'
+/// index builds open a session of their own); the name tells
 /// operators its sessions apart in `pg_stat_activity`.
 pub fn pool_for(database_url: &str, concurrent_batches: usize) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = database_url.parse()?;
@@ -96,6 +105,7 @@ pub async fn run(
     tracing::info!("projector consuming");
     let committed = Arc::new(Notify::new());
     let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
+    let indexer = tokio::spawn(workspace_indexes::maintain(pool.clone(), settings.own_indexes, shutdown.clone()));
     backoff = Backoff::default();
     let mut catching_up = true;
     // A batch is pulled only once it can be applied, so that no message waits in our
@@ -140,6 +150,7 @@ pub async fn run(
         report_if_panicked(finished);
     }
     merger.abort();
+    indexer.abort();
     // Acks are buffered by the client; without this the last batch's acks could be
     // lost at exit and its messages redelivered after the ack wait.
     if let Err(error) = client.flush().await {

@@ -13,6 +13,7 @@
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`apply`]: one batch into the read model, in one transaction.
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
+//! - [`workspace_indexes`]: a search index of its own for each large workspace.
 //! - [`dead_letters`]: listing and retrying dead letters.
 //! - [`demo`]: the demo workspace's data, published as real change events.
 //! - [`error`]: the crate's error type.
@@ -29,3 +30,4 @@ pub mod metrics;
 pub mod operations;
 pub mod pending_lists;
 pub mod stream;
+pub mod workspace_indexes;

@@ -15,9 +15,6 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// The GIN indexes that take every projected write (migrations/…_read_model.sql).
-const SEARCH_INDEXES: [&str; 2] = ["contacts_search", "items_search"];
-
 /// How often, at most, the lists are merged while batches keep committing: short
 /// enough that a list stays far below the limit, long enough that a merge has a few
 /// batches' entries to sort together.
@@ -55,12 +52,15 @@ pub async fn merge_after_commits(pool: PgPool, committed: Arc<Notify>, shutdown:
     }
 }
 
-/// Pages moved out of the pending lists, every index in one statement.
+/// Pages moved out of the pending lists, every index in one statement: the shared search
+/// indexes (migrations/…_read_model.sql) and the large workspaces' own
+/// ([`crate::workspace_indexes`]), whichever exist and are built.
 async fn merge(pool: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "select coalesce(sum(gin_clean_pending_list(index::regclass)), 0)::bigint from unnest($1::text[]) as index",
+        "select coalesce(sum(gin_clean_pending_list(i.indexrelid::regclass)), 0)::bigint \
+         from pg_index i join pg_class c on c.oid = i.indexrelid join pg_am am on am.oid = c.relam \
+         where am.amname = 'gin' and i.indisvalid and i.indrelid in ('contacts'::regclass, 'items'::regclass)",
     )
-    .bind(SEARCH_INDEXES)
     .fetch_one(pool)
     .await
 }

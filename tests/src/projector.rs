@@ -33,7 +33,12 @@ impl RunningProjector {
     /// Starts the run loop and waits until it consumes (its stream and consumer exist),
     /// so what a test publishes next is certain to reach it.
     pub async fn start_consuming(nats_url: &str, pool: PgPool) -> Self {
-        let projector = Self::start(nats_url, pool).await;
+        Self::start_consuming_with(nats_url, pool, RunSettings::default()).await
+    }
+
+    /// [`Self::start_consuming`] with settings of the test's choosing.
+    pub async fn start_consuming_with(nats_url: &str, pool: PgPool, settings: RunSettings) -> Self {
+        let projector = Self::start_with(nats_url, pool, settings).await;
         let client = async_nats::connect(nats_url).await.expect("connect to the test nats-server");
         // Generous: with the whole suite starting nats-servers at once on two cores,
         // creating a file-backed stream once took longer than 10 s in CI.

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use uuid::Uuid;
 
 use super::infra::{Database, Process};
 use super::machine::{Rss, RssSampler};
@@ -106,6 +107,28 @@ pub async fn verify(database: &Database, contacts: u64, items: u64) -> Result<()
         .into());
     }
     Ok(())
+}
+
+/// How long, after the drain, the projector took to finish the big workspace's own search
+/// index (`Duration::ZERO`: it already had it); `None` if it was not there within
+/// `within`. The wait keeps the build out of the latency and API measurements.
+pub async fn own_index_built(database: &Database, workspace: Uuid, within: Duration) -> Result<Option<Duration>> {
+    let name = lectern_projector::workspace_indexes::index_name("contacts", workspace);
+    let started = Instant::now();
+    while started.elapsed() < within {
+        let valid: Option<bool> = sqlx::query_scalar(
+            "select i.indisvalid from pg_index i join pg_class c on c.oid = i.indexrelid where c.relname = $1",
+        )
+        .bind(&name)
+        .fetch_optional(&database.pool)
+        .await
+        .context("look for the big workspace's own search index")?;
+        if valid == Some(true) {
+            return Ok(Some(started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(None)
 }
 
 /// The projector's own account of its batches, from its `/metrics`.

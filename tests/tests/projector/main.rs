@@ -17,3 +17,4 @@ mod end_to_end;
 mod operations;
 mod pending_lists;
 mod process;
+mod workspace_indexes;
