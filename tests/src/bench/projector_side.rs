@@ -104,7 +104,8 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         report.notes.push(match built {
             Some(after) => format!(
                 "The big workspace's own search index (`lectern_projector::workspace_indexes`, built by the projector \
-                 at {} active contacts): ready {:.0} s after the drain ended (0: already built during it); the measurements below ran with it.",
+                 at {} active contacts): ready {:.0} s after the drain and an `analyze` (its candidates come from the planner's statistics; \
+                 this machine's PostgreSQL runs without autovacuum); the measurements below ran with it.",
                 thousands(OwnIndexSettings::default().from_rows as f64),
                 after.as_secs_f64()
             ),
