@@ -188,6 +188,22 @@ async fn run_keeps_retrying_while_nats_is_unreachable_and_exits_0_on_sigterm() {
 }
 
 #[tokio::test]
+async fn an_own_search_index_setting_of_zero_exits_2_with_one_error_line_naming_it() {
+    let nowhere = format!("nats://127.0.0.1:{}", free_port());
+    for (variable, flag) in [
+        ("LECTERN_PROJECTOR_OWN_SEARCH_INDEX_FROM", "--own-search-index-from"),
+        ("LECTERN_PROJECTOR_OWN_SEARCH_INDEX_EVERY", "--own-search-index-every"),
+    ] {
+        let run = run_command(&nowhere, "postgres://unused", &["run"], &[(variable, "0")], None).await;
+
+        assert_eq!(run.code, Some(2), "{variable}=0: {run:#?}");
+        let lines = run.error_lines();
+        assert_eq!(lines.len(), 1, "one error line: {}", run.stderr);
+        assert!(lines[0].contains(variable) || lines[0].contains(flag), "{variable} is not named: {}", lines[0]);
+    }
+}
+
+#[tokio::test]
 async fn a_batch_size_of_zero_exits_2_with_one_error_line_naming_the_setting() {
     let nowhere = format!("nats://127.0.0.1:{}", free_port());
 
