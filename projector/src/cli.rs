@@ -73,7 +73,7 @@ struct RunArgs {
     batch_size: u16,
     /// Batches applied at once, each in its own transaction (one PostgreSQL session
     /// each).
-    #[arg(long, env = "LECTERN_PROJECTOR_CONCURRENT_BATCHES", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=16))]
+    #[arg(long, env = "LECTERN_PROJECTOR_CONCURRENT_BATCHES", default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=16))]
     concurrent_batches: u8,
     /// Active records from which a workspace gets a search index of its own (per table;
     /// dropped below half of it).

@@ -4,8 +4,11 @@
 //! own transaction on its own connection. One PostgreSQL session uses one core, and an
 //! update of an indexed, searchable row costs it about a third of a millisecond: at
 //! 2,000 events a second a single session was busy nearly all the time, so any stall
-//! queued every later event behind it. Batches in flight together are as safe as two
-//! projectors sharing the consumer: writes are version-guarded and in key order (see
+//! queued every later event behind it. Four by default, not two: at steady load a batch
+//! spends much of its time waiting on its commit and round trips rather than on a core;
+//! with two the publish→visible p99 was 53-105 ms, with four 39-44 ms, on the same host
+//! (README, Performance). Batches in flight together are as safe as as many projectors
+//! sharing the consumer: writes are version-guarded and in key order (see
 //! `apply`), and each batch is acknowledged after its own commit.
 //!
 //! Transient failures (PostgreSQL or NATS away) are retried with backoff, without
@@ -47,7 +50,7 @@ impl Default for RunSettings {
         Self {
             batch_size: 1_000,
             pull_wait: Duration::from_secs(1),
-            concurrent_batches: 2,
+            concurrent_batches: 4,
             own_indexes: OwnIndexSettings::default(),
         }
     }

@@ -407,7 +407,10 @@ async fn kill_9_in_the_middle_of_a_large_publish_then_a_restart_ends_with_every_
 async fn stop_with_a_batch_in_hand(nats: &TestNats, db: &TestDatabase) -> (ExitStatus, String) {
     let mut lock = db.pool.begin().await.expect("begin the lock transaction");
     lock.execute("lock table contacts in access exclusive mode").await.expect("lock contacts");
-    let mut projector = Projector::run_with(&nats.url, &db.url, &[("LECTERN_PROJECTOR_BATCH_SIZE", "1000")]);
+    // Two batches of 1,000 at most per stop, whatever the default, so that three stops
+    // leave events for the last projector.
+    let settings = [("LECTERN_PROJECTOR_BATCH_SIZE", "1000"), ("LECTERN_PROJECTOR_CONCURRENT_BATCHES", "2")];
+    let mut projector = Projector::run_with(&nats.url, &db.url, &settings);
     let in_hand = eventually(CATCH_UP, || async { db.sessions_waiting_on_a_lock().await > 0 }).await;
     assert!(in_hand, "the projector never started writing a batch; its log:\n{}", projector.log());
     projector.signal("TERM");
