@@ -60,6 +60,17 @@ pub fn index_name(table: &'static str, workspace: Uuid) -> String {
     format!("{table}_search_ws_{}", workspace.simple())
 }
 
+/// Whether the index `name` exists (`None` if not) and is valid: a build in progress or
+/// one that failed is not.
+pub async fn validity(pool: &PgPool, name: &str) -> Result<Option<bool>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select i.indisvalid from pg_index i join pg_class c on c.oid = i.indexrelid where c.relname = $1",
+    )
+    .bind(name)
+    .fetch_optional(pool)
+    .await
+}
+
 /// Looks every `check_every` until `shutdown`. Without the privilege to build indexes it
 /// says so once and stops; searches then use the shared indexes alone.
 pub async fn maintain(pool: PgPool, settings: OwnIndexSettings, shutdown: CancellationToken) {
@@ -98,17 +109,18 @@ async fn round(pool: &PgPool, from_rows: i64) -> Result<(), sqlx::Error> {
 /// Builds the indexes `table`'s large workspaces lack, and drops those of workspaces that
 /// have shrunk and those a failed build left invalid.
 async fn reconcile(session: &mut PgConnection, table: &'static str, from_rows: i64) -> Result<(), sqlx::Error> {
-    let existing = own_indexes(session, table).await?;
-    for (workspace, valid) in existing.clone() {
-        let keep = valid && active_rows(session, table, workspace).await? >= from_rows / 2;
-        if !keep {
+    let mut kept = Vec::new();
+    for (workspace, valid) in own_indexes(session, table).await? {
+        if valid && active_rows(session, table, workspace).await? >= from_rows / 2 {
+            kept.push(workspace);
+        } else {
             let name = index_name(table, workspace);
             simple_statement(session, format!("drop index concurrently if exists {name}")).await?;
             tracing::info!(index = name, valid, "dropped a workspace's own search index");
         }
     }
     for workspace in candidates(session, table, from_rows / 2).await? {
-        if existing.contains(&(workspace, true)) {
+        if kept.contains(&workspace) {
             continue;
         }
         let rows = active_rows(session, table, workspace).await?;

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use lectern_projector::workspace_indexes;
 use uuid::Uuid;
 
 use super::infra::{Database, Process};
@@ -113,20 +114,14 @@ pub async fn verify(database: &Database, contacts: u64, items: u64) -> Result<()
 /// workspace's own search index; `None` if it was not there within `within`. The wait
 /// keeps the build out of the latency and API measurements.
 pub async fn own_index_built(database: &Database, workspace: Uuid, within: Duration) -> Result<Option<Duration>> {
-    let name = lectern_projector::workspace_indexes::index_name("contacts", workspace);
+    let name = workspace_indexes::index_name("contacts", workspace);
     let started = Instant::now();
     // The projector finds large workspaces in the planner's statistics, which autovacuum
     // refreshes soon after a load; this machine's PostgreSQL runs without autovacuum.
     sqlx::raw_sql("analyze contacts, items").execute(&database.pool).await.context("analyze after the drain")?;
     while started.elapsed() < within {
-        let valid: Option<bool> = sqlx::query_scalar(
-            "select i.indisvalid from pg_index i join pg_class c on c.oid = i.indexrelid where c.relname = $1",
-        )
-        .bind(&name)
-        .fetch_optional(&database.pool)
-        .await
-        .context("look for the big workspace's own search index")?;
-        if valid == Some(true) {
+        let valid = workspace_indexes::validity(&database.pool, &name).await;
+        if valid.context("look for the big workspace's own search index")? == Some(true) {
             return Ok(Some(started.elapsed()));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

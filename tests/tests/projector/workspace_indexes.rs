@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lectern_projector::consumer::RunSettings;
-use lectern_projector::workspace_indexes::{index_name, OwnIndexSettings, ROUND_LOCK};
+use lectern_projector::workspace_indexes::{self, index_name, OwnIndexSettings, ROUND_LOCK};
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, eventually, item_created, item_data, publish, RunningProjector};
 use lectern_tests::TestDatabase;
@@ -24,13 +24,7 @@ fn settings(from_rows: i64) -> RunSettings {
 
 /// Whether `name` exists, and is valid.
 async fn index_state(pool: &PgPool, name: &str) -> Option<bool> {
-    sqlx::query_scalar(
-        "select i.indisvalid from pg_index i join pg_class c on c.oid = i.indexrelid where c.relname = $1",
-    )
-    .bind(name)
-    .fetch_optional(pool)
-    .await
-    .expect("read pg_index")
+    workspace_indexes::validity(pool, name).await.expect("read pg_index")
 }
 
 async fn active(pool: &PgPool, table: &str, workspace: Uuid) -> i64 {
