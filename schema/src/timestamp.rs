@@ -56,15 +56,56 @@ impl From<DateTime<Utc>> for Timestamp {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` is 24 bytes.
+const RENDERED_LEN: usize = 24;
+
+impl Timestamp {
+    /// The contract's rendering, written into a buffer on the stack: every record of a
+    /// page has one, and chrono's formatter builds a `String` for each. `None` for what
+    /// that shape cannot hold (a year outside 0000-9999, a leap second), which
+    /// [`fmt::Display`] leaves to chrono.
+    fn rendered(&self) -> Option<[u8; RENDERED_LEN]> {
+        use chrono::{Datelike, Timelike};
+        let (date, time) = (self.0.date_naive(), self.0.time());
+        let year = u32::try_from(date.year()).ok().filter(|year| *year <= 9999)?;
+        if time.nanosecond() >= 1_000_000_000 {
+            return None;
+        }
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut value: u32| {
+            for slot in out[at..at + width].iter_mut().rev() {
+                // A digit: `value % 10` is below 10.
+                *slot = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        put(0, 4, year);
+        put(5, 2, date.month());
+        put(8, 2, date.day());
+        put(11, 2, time.hour());
+        put(14, 2, time.minute());
+        put(17, 2, time.second());
+        // Cut, not rounded, as chrono's `SecondsFormat::Millis` does.
+        put(20, 3, time.nanosecond() / 1_000_000);
+        Some(out)
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true))
+        match self.rendered() {
+            Some(bytes) => f.write_str(std::str::from_utf8(&bytes).map_err(|_| fmt::Error)?),
+            None => f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        }
     }
 }
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        match self.rendered() {
+            Some(bytes) => serializer.serialize_str(std::str::from_utf8(&bytes).map_err(serde::ser::Error::custom)?),
+            None => serializer.collect_str(self),
+        }
     }
 }
 
@@ -150,6 +191,46 @@ mod tests {
     fn reads_other_offsets_as_utc() {
         let berlin = Timestamp::parse("2025-02-03T09:00:00.5+01:00").unwrap();
         assert_eq!(berlin.to_string(), "2025-02-03T08:00:00.500Z");
+    }
+
+    /// The stack rendering must be chrono's, character for character, wherever it is
+    /// used: every instant PostgreSQL can store in years 0000-9999, any sub-second part.
+    #[test]
+    fn the_fast_rendering_is_chronos_rendering_for_every_year_from_0000_to_9999() {
+        let first = Utc.with_ymd_and_hms(0, 1, 1, 0, 0, 0).unwrap().timestamp();
+        let last = Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap().timestamp();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let span = u64::try_from(last - first).unwrap();
+        let edges = [first, last, 0, 951_782_400, 1_709_164_800];
+        let random: Vec<(i64, u64)> =
+            (0..200_000).map(|_| (first + i64::try_from(next() % (span + 1)).unwrap(), next())).collect();
+        let instants = edges.into_iter().map(|seconds| (seconds, 0)).chain(random);
+        for (n, (seconds, noise)) in instants.enumerate() {
+            let nanos = match n % 3 {
+                0 => 0,
+                1 => u32::try_from(noise % 1_000_000_000).unwrap(),
+                _ => 999_999_999,
+            };
+            let at = Utc.timestamp_opt(seconds, nanos).unwrap();
+            let expected = at.to_rfc3339_opts(SecondsFormat::Millis, true);
+            assert_eq!(Timestamp::from(at).to_string(), expected);
+            assert_eq!(serde_json::to_string(&Timestamp::from(at)).unwrap(), format!("\"{expected}\""));
+        }
+    }
+
+    #[test]
+    fn instants_outside_the_contracts_years_still_render_as_chrono_renders_them() {
+        for at in
+            [Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap(), Utc.with_ymd_and_hms(-1, 1, 1, 0, 0, 0).unwrap()]
+        {
+            assert_eq!(Timestamp::from(at).to_string(), at.to_rfc3339_opts(SecondsFormat::Millis, true));
+        }
     }
 
     #[test]
