@@ -13,6 +13,8 @@
 //! - [`money`]: exact decimal amounts with their currency.
 //! - `ops` (feature `ops`): logging and database-error conventions of both binaries.
 
+#[cfg(test)]
+mod arbitrary;
 pub mod contact;
 pub mod events;
 pub mod item;
@@ -21,7 +23,7 @@ pub mod money;
 pub mod ops;
 pub mod timestamp;
 
-pub use contact::Contact;
+pub use contact::{Contact, ContactRef};
 pub use events::{ChangeEvent, EventError};
-pub use item::Item;
+pub use item::{Item, ItemRef};
 pub use timestamp::Timestamp;

@@ -36,6 +36,10 @@ pub struct Currency(String);
 
 impl Amount {
     pub fn parse(text: &str) -> Result<Self, String> {
+        Self::check(text).map(|()| Self(text.to_owned()))
+    }
+
+    fn check(text: &str) -> Result<(), String> {
         let digits = text.strip_prefix('-').unwrap_or(text);
         let (whole, fraction) = match digits.split_once('.') {
             Some((whole, fraction)) => (whole, Some(fraction)),
@@ -43,7 +47,7 @@ impl Amount {
         };
         let all_digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
         if text.len() <= MAX_AMOUNT_LEN && all_digits(whole) && fraction.is_none_or(all_digits) {
-            Ok(Self(text.to_owned()))
+            Ok(())
         } else {
             Err(format!("{text:?} is not a decimal amount such as \"12.50\""))
         }
@@ -56,8 +60,12 @@ impl Amount {
 
 impl Currency {
     pub fn parse(text: &str) -> Result<Self, String> {
+        Self::check(text).map(|()| Self(text.to_owned()))
+    }
+
+    fn check(text: &str) -> Result<(), String> {
         if text.len() == 3 && text.bytes().all(|b| b.is_ascii_uppercase()) {
-            Ok(Self(text.to_owned()))
+            Ok(())
         } else {
             Err(format!("{text:?} is not an ISO 4217 currency code such as \"EUR\""))
         }
@@ -65,6 +73,29 @@ impl Currency {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// A [`Money`] that borrows its text, checked by the same rules; serialises exactly as
+/// [`Money`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MoneyRef<'a> {
+    amount: &'a str,
+    currency: &'a str,
+}
+
+impl<'a> MoneyRef<'a> {
+    pub fn new(amount: &'a str, currency: &'a str) -> Result<Self, String> {
+        Amount::check(amount)?;
+        Currency::check(currency)?;
+        Ok(Self { amount, currency })
+    }
+}
+
+impl Money {
+    /// This amount, borrowed.
+    pub fn borrowed(&self) -> MoneyRef<'_> {
+        MoneyRef { amount: &self.amount.0, currency: &self.currency.0 }
     }
 }
 

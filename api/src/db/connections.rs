@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgRow};
-use sqlx::query::QueryAs;
-use sqlx::{ConnectOptions, Connection, FromRow, PgConnection, Postgres};
+use sqlx::query::Query;
+use sqlx::{ConnectOptions, Connection, PgConnection, Postgres};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::PoolSettings;
@@ -111,14 +111,11 @@ impl ReadConnections {
     }
 
     /// Runs `query` to the end on a connection in `mode` and returns its rows.
-    pub async fn fetch_all<'q, Row>(
+    pub async fn fetch_all(
         &self,
         mode: PlanMode,
-        query: QueryAs<'q, Postgres, Row, sqlx::postgres::PgArguments>,
-    ) -> Result<Vec<Row>, sqlx::Error>
-    where
-        Row: for<'r> FromRow<'r, PgRow> + Send + Unpin,
-    {
+        query: Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<PgRow>, sqlx::Error> {
         let mut borrowed = self.borrow(mode).await?;
         let rows = match borrowed.connection.as_mut() {
             Some(connection) => query.fetch_all(connection).await,

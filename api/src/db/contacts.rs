@@ -1,8 +1,9 @@
 //! The `contacts` table as the API reads it.
 
 use chrono::{DateTime, Utc};
-use lectern_schema::Contact;
-use uuid::Uuid;
+use lectern_schema::{ContactRef, Timestamp};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
 
 use super::listing::Resource;
 use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
@@ -26,20 +27,7 @@ impl KindFilter for ContactType {
     }
 }
 
-/// One active contact row.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct ContactRow {
-    pub id: Uuid,
-    pub name: String,
-    pub email: Option<String>,
-    pub phone: Option<String>,
-    pub address: Option<String>,
-    pub tin: Option<String>,
-    pub is_customer: bool,
-    pub is_supplier: bool,
-    pub created_at: DateTime<Utc>,
-}
-
+/// Read by position in [`Contacts::record`]: keep the two in the same order.
 const COLUMNS: &str = "id, name, email, phone, address, tin, is_customer, is_supplier, created_at";
 
 pub struct Contacts;
@@ -49,30 +37,28 @@ impl Resource for Contacts {
     const COLUMNS: &'static str = COLUMNS;
     const SEARCH_FIELDS: &'static [&'static str] = &["name", "email", "phone", "tin"];
     type Kind = ContactType;
-    type Row = ContactRow;
-}
+    type Record<'r> = ContactRef<'r>;
 
-impl Keyed for ContactRow {
-    fn position(&self, sort: SortKey) -> Position {
-        match sort {
-            SortKey::CreatedAt => Position::CreatedAt { at: self.created_at, id: self.id },
-            SortKey::Name => Position::Name { name: self.name.clone(), id: self.id },
-        }
+    fn record(row: &PgRow) -> Result<ContactRef<'_>, sqlx::Error> {
+        // By position and without sqlx's type check: the statement is this module's
+        // own, and every column passes through the API's tests. Looking each column up
+        // by name and checking its type was a tenth of a page's CPU.
+        Ok(ContactRef {
+            id: row.try_get_unchecked(0)?,
+            name: row.try_get_unchecked(1)?,
+            email: row.try_get_unchecked(2)?,
+            phone: row.try_get_unchecked(3)?,
+            address: row.try_get_unchecked(4)?,
+            tin: row.try_get_unchecked(5)?,
+            is_customer: row.try_get_unchecked(6)?,
+            is_supplier: row.try_get_unchecked(7)?,
+            created_at: Timestamp::from(row.try_get_unchecked::<DateTime<Utc>, _>(8)?),
+        })
     }
 }
 
-impl From<ContactRow> for Contact {
-    fn from(row: ContactRow) -> Self {
-        Self {
-            id: row.id,
-            name: row.name,
-            email: row.email,
-            phone: row.phone,
-            address: row.address,
-            tin: row.tin,
-            is_customer: row.is_customer,
-            is_supplier: row.is_supplier,
-            created_at: row.created_at.into(),
-        }
+impl Keyed for ContactRef<'_> {
+    fn position(&self, sort: SortKey) -> Position {
+        Position::of(sort, self.created_at.as_datetime(), self.name, self.id)
     }
 }

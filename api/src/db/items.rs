@@ -2,8 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use lectern_schema::events::ItemType;
-use lectern_schema::money::{Amount, Currency, Money};
-use lectern_schema::Item;
+use lectern_schema::money::MoneyRef;
+use lectern_schema::{ItemRef, Timestamp};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
 use uuid::Uuid;
 
 use super::listing::Resource;
@@ -28,23 +30,8 @@ impl KindFilter for ItemKind {
     }
 }
 
-/// One active item row. Amounts are read as text, so `0.10` stays `0.10`.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct ItemRow {
-    pub id: Uuid,
-    pub name: String,
-    pub sku: Option<String>,
-    pub description: Option<String>,
-    #[sqlx(rename = "type")]
-    pub kind: String,
-    pub unit: Option<String>,
-    pub sale_price_amount: Option<String>,
-    pub sale_price_currency: Option<String>,
-    pub purchase_price_amount: Option<String>,
-    pub purchase_price_currency: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
+/// Read by position in [`Items::record`]: keep the two in the same order. Amounts are
+/// read as text, so `0.10` stays `0.10`.
 const COLUMNS: &str = "id, name, sku, description, type, unit, sale_price_amount::text as sale_price_amount, \
      sale_price_currency, purchase_price_amount::text as purchase_price_amount, purchase_price_currency, created_at";
 
@@ -55,15 +42,30 @@ impl Resource for Items {
     const COLUMNS: &'static str = COLUMNS;
     const SEARCH_FIELDS: &'static [&'static str] = &["name", "sku", "description"];
     type Kind = ItemKind;
-    type Row = ItemRow;
+    type Record<'r> = ItemRef<'r>;
+
+    fn record(row: &PgRow) -> Result<ItemRef<'_>, sqlx::Error> {
+        // By position and unchecked, as for contacts (see `Contacts::record`).
+        let id: Uuid = row.try_get_unchecked(0)?;
+        let unservable = |field, problem| sqlx::Error::Decode(Box::new(UnservableItem { id, field, problem }));
+        let kind: &str = row.try_get_unchecked(4)?;
+        Ok(ItemRef {
+            id,
+            name: row.try_get_unchecked(1)?,
+            sku: row.try_get_unchecked(2)?,
+            description: row.try_get_unchecked(3)?,
+            kind: ItemType::parse(kind).ok_or_else(|| unservable("type", kind.to_owned()))?,
+            unit: row.try_get_unchecked(5)?,
+            sale_price: money(row, 6).map_err(|problem| unservable("salePrice", problem))?,
+            purchase_price: money(row, 8).map_err(|problem| unservable("purchasePrice", problem))?,
+            created_at: Timestamp::from(row.try_get_unchecked::<DateTime<Utc>, _>(10)?),
+        })
+    }
 }
 
-impl Keyed for ItemRow {
+impl Keyed for ItemRef<'_> {
     fn position(&self, sort: SortKey) -> Position {
-        match sort {
-            SortKey::CreatedAt => Position::CreatedAt { at: self.created_at, id: self.id },
-            SortKey::Name => Position::Name { name: self.name.clone(), id: self.id },
-        }
+        Position::of(sort, self.created_at.as_datetime(), self.name, self.id)
     }
 }
 
@@ -76,42 +78,12 @@ pub struct UnservableItem {
     problem: String,
 }
 
-fn money(
-    id: Uuid,
-    field: &'static str,
-    amount: Option<String>,
-    currency: Option<String>,
-) -> Result<Option<Money>, UnservableItem> {
-    let unservable = |problem: String| UnservableItem { id, field, problem };
-    match (amount, currency) {
-        (Some(amount), Some(currency)) => Ok(Some(Money {
-            amount: Amount::parse(&amount).map_err(unservable)?,
-            currency: Currency::parse(&currency).map_err(unservable)?,
-        })),
+/// The price whose amount is column `amount` and whose currency is the next one.
+fn money(row: &PgRow, amount: usize) -> Result<Option<MoneyRef<'_>>, String> {
+    let text = |index| row.try_get_unchecked::<Option<&str>, _>(index).map_err(|error| error.to_string());
+    match (text(amount)?, text(amount + 1)?) {
+        (Some(amount), Some(currency)) => MoneyRef::new(amount, currency).map(Some),
         (None, None) => Ok(None),
-        _ => Err(unservable("amount and currency must both be present or both absent".to_owned())),
-    }
-}
-
-impl TryFrom<ItemRow> for Item {
-    type Error = UnservableItem;
-
-    fn try_from(row: ItemRow) -> Result<Self, UnservableItem> {
-        let id = row.id;
-        Ok(Self {
-            id,
-            kind: ItemType::parse(&row.kind).ok_or_else(|| UnservableItem {
-                id,
-                field: "type",
-                problem: row.kind.clone(),
-            })?,
-            sale_price: money(id, "salePrice", row.sale_price_amount, row.sale_price_currency)?,
-            purchase_price: money(id, "purchasePrice", row.purchase_price_amount, row.purchase_price_currency)?,
-            name: row.name,
-            sku: row.sku,
-            description: row.description,
-            unit: row.unit,
-            created_at: row.created_at.into(),
-        })
+        _ => Err("amount and currency must both be present or both absent".to_owned()),
     }
 }

@@ -15,31 +15,38 @@
 //! of rows is read.
 
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, Postgres, QueryBuilder};
+use sqlx::{Postgres, QueryBuilder};
 
 use super::connections::{PlanMode, ReadConnections};
 use crate::listing::{Keyed, KindFilter, ListRequest, Position, SortKey};
 
-/// A table that can be listed. Implemented once per resource.
+/// A table that can be listed and read by id. Implemented once per resource.
 pub trait Resource {
     /// Table name, also the resource name bound into cursors.
     const NAME: &'static str;
-    /// The columns a row struct reads, in SQL.
+    /// The columns a record is read from, in SQL, in the order [`Resource::record`]
+    /// reads them.
     const COLUMNS: &'static str;
     /// The searchable columns, for the exact per-field check a search containing a
     /// newline needs (the index document joins fields with newlines).
     const SEARCH_FIELDS: &'static [&'static str];
     type Kind: KindFilter;
-    type Row: for<'r> FromRow<'r, PgRow> + Keyed + Clone + Send + Sync + Unpin + 'static;
+    /// One record as served, borrowing its text from the row it was read from: a page
+    /// is written from the rows PostgreSQL sent, without a copy of each field.
+    type Record<'r>: Keyed + serde::Serialize;
+    /// Reads a row that starts with [`Resource::COLUMNS`].
+    fn record(row: &PgRow) -> Result<Self::Record<'_>, sqlx::Error>;
 }
 
+/// The rows of one page, plus one more when another page follows; read them with
+/// [`Resource::record`].
 pub async fn fetch_page<R: Resource>(
     connections: &ReadConnections,
     request: &ListRequest<R::Kind>,
-) -> Result<Vec<R::Row>, sqlx::Error> {
+) -> Result<Vec<PgRow>, sqlx::Error> {
     let mut sql = list_sql::<R>(request);
     let mode = if request.search.is_some() { PlanMode::PerExecution } else { PlanMode::Generic };
-    connections.fetch_all(mode, sql.build_query_as::<R::Row>()).await
+    connections.fetch_all(mode, sql.build()).await
 }
 
 /// The statement for `request`; public so benchmarks can run the very same SQL.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgPool, Row};
+use sqlx::{PgPool, Row};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -49,8 +49,10 @@ pub enum LookupError {
     Abandoned,
 }
 
-/// One record, `None` when it is unknown, inactive or in another workspace.
-type Answer<Row> = Result<Option<Row>, LookupError>;
+/// The record's row (read it with [`Resource::record`]), `None` when it is unknown,
+/// inactive or in another workspace. Shared: one batch may answer two requests for
+/// the same record.
+type Answer = Result<Option<Arc<PgRow>>, LookupError>;
 
 /// The coalescing lookups of one resource.
 pub struct Lookups<R: Resource> {
@@ -60,21 +62,22 @@ pub struct Lookups<R: Resource> {
     /// One statement for every batch size (the ids travel as arrays), prepared once
     /// per connection.
     sql: String,
-    queue: Mutex<Queue<R::Row>>,
+    queue: Mutex<Queue>,
+    resource: std::marker::PhantomData<fn() -> R>,
 }
 
-struct Queue<Row> {
-    waiting: Vec<Wanted<Row>>,
+struct Queue {
+    waiting: Vec<Wanted>,
     /// Batch tasks alive; each keeps taking batches until the queue is empty.
     running: usize,
     /// When the latest batch was taken from the queue.
     last_taken: Instant,
 }
 
-struct Wanted<Row> {
+struct Wanted {
     workspace_id: Uuid,
     id: Uuid,
-    reply: oneshot::Sender<Answer<Row>>,
+    reply: oneshot::Sender<Answer>,
 }
 
 impl<R: Resource + 'static> Lookups<R> {
@@ -84,8 +87,9 @@ impl<R: Resource + 'static> Lookups<R> {
 
     /// As [`Lookups::new`], with another time after which a batch counts as stalled.
     pub fn with_stalled_after(pool: PgPool, stalled_after: Duration) -> Arc<Self> {
+        // The record's columns first, as `Resource::record` reads them; the workspace last.
         let sql = format!(
-            "select workspace_id, {columns} from {table} \
+            "select {columns}, workspace_id from {table} \
              where (workspace_id, id) in (select * from unnest($1::uuid[], $2::uuid[])) and status = 'active'",
             columns = R::COLUMNS,
             table = R::NAME,
@@ -95,12 +99,13 @@ impl<R: Resource + 'static> Lookups<R> {
             stalled_after,
             sql,
             queue: Mutex::new(Queue { waiting: Vec::new(), running: 0, last_taken: Instant::now() }),
+            resource: std::marker::PhantomData,
         })
     }
 
     /// The active record `id` of `workspace_id`, or `None`: unknown, inactive and
     /// foreign ids are indistinguishable on purpose.
-    pub async fn find(self: &Arc<Self>, workspace_id: Uuid, id: Uuid) -> Answer<R::Row> {
+    pub async fn find(self: &Arc<Self>, workspace_id: Uuid, id: Uuid) -> Answer {
         let (reply, answer) = oneshot::channel();
         self.lock().waiting.push(Wanted { workspace_id, id, reply });
         self.start_batch_if_due();
@@ -155,11 +160,11 @@ impl<R: Resource + 'static> Lookups<R> {
         }
     }
 
-    async fn answer(&self, batch: Vec<Wanted<R::Row>>) {
+    async fn answer(&self, batch: Vec<Wanted>) {
         let (workspaces, ids): (Vec<Uuid>, Vec<Uuid>) =
             batch.iter().map(|wanted| (wanted.workspace_id, wanted.id)).unzip();
         let rows = sqlx::query(&self.sql).bind(&workspaces).bind(&ids).fetch_all(&self.pool).await;
-        let mut found = match rows.map(|rows| rows.iter().map(keyed::<R::Row>).collect::<Result<HashMap<_, _>, _>>()) {
+        let mut found = match rows.map(|rows| rows.into_iter().map(keyed).collect::<Result<HashMap<_, _>, _>>()) {
             Ok(Ok(found)) => found,
             Ok(Err(error)) | Err(error) => {
                 let error = Arc::new(error);
@@ -169,7 +174,7 @@ impl<R: Resource + 'static> Lookups<R> {
                 return;
             }
         };
-        // The same record asked for twice in one batch is rare; each asker gets a copy.
+        // The same record asked for twice in one batch is rare; each asker gets the row.
         let mut askers: HashMap<(Uuid, Uuid), usize> = HashMap::with_capacity(batch.len());
         for wanted in &batch {
             *askers.entry((wanted.workspace_id, wanted.id)).or_default() += 1;
@@ -186,12 +191,16 @@ impl<R: Resource + 'static> Lookups<R> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<R::Row>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         // Pushes and drains only: a panic elsewhere cannot leave the queue inconsistent.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-fn keyed<Row: for<'r> FromRow<'r, PgRow>>(row: &PgRow) -> Result<((Uuid, Uuid), Row), sqlx::Error> {
-    Ok(((row.try_get("workspace_id")?, row.try_get("id")?), Row::from_row(row)?))
+/// A row of the batch statement under its (workspace, id): the record's id comes first,
+/// the workspace last.
+fn keyed(row: PgRow) -> Result<((Uuid, Uuid), Arc<PgRow>), sqlx::Error> {
+    let last = row.len().checked_sub(1).ok_or(sqlx::Error::ColumnIndexOutOfBounds { index: 0, len: 0 })?;
+    let key = (row.try_get(last)?, row.try_get(0)?);
+    Ok((key, Arc::new(row)))
 }

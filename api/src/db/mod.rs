@@ -1,5 +1,6 @@
 //! PostgreSQL access: the pool, the migrations, and one module per resource whose
-//! queries return row structs and know nothing of HTTP.
+//! queries return rows, read as the shared record types (`lectern_schema`), and know
+//! nothing of HTTP.
 
 pub mod connections;
 pub mod contacts;

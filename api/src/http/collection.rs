@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use sqlx::postgres::PgRow;
+
 use crate::db::first_pages::PageKey;
 use crate::db::listing::{fetch_page, Resource};
 use crate::error::ApiError;
@@ -26,12 +28,6 @@ pub struct ListParams<K> {
     pub sort: SortKey,
 }
 
-/// A listed resource as the API presents its records.
-pub trait Presented: Resource {
-    /// Appends `rows` to `out` as the JSON array of the body's `data`.
-    fn write_data(rows: Vec<Self::Row>, out: &mut Vec<u8>) -> Result<(), ApiError>;
-}
-
 /// One page as it is served: its records' JSON and where the next page starts. This is
 /// what the first-page cache keeps, so a cached page is neither copied nor written again.
 #[derive(Debug)]
@@ -44,15 +40,15 @@ pub struct RenderedPage {
 
 /// Room for one record's JSON, so a page's buffer is allocated once.
 const RECORD_BYTES: usize = 384;
+/// Room for the body around `data`: the page object with its cursor, the request id.
+const ENVELOPE_BYTES: usize = 320;
 
 impl RenderedPage {
     /// Cuts `rows` (fetched with `limit + 1`) to the page and writes it.
-    pub fn new<R: Presented>(mut rows: Vec<R::Row>, limit: usize, sort: SortKey) -> Result<Self, ApiError> {
-        let has_more = rows.len() > limit;
-        rows.truncate(limit);
-        let next = rows.last().filter(|_| has_more).map(|last| last.position(sort));
-        let mut data = Vec::with_capacity(2 + rows.len() * RECORD_BYTES);
-        R::write_data(rows, &mut data)?;
+    pub fn new<R: Resource>(rows: &[PgRow], limit: usize, sort: SortKey) -> Result<Self, ApiError> {
+        let (page, next) = cut::<R>(rows, limit, sort)?;
+        let mut data = Vec::with_capacity(2 + page.len() * RECORD_BYTES);
+        write_records::<R>(page, &mut data)?;
         Ok(Self { data: data.into_boxed_slice(), next })
     }
 
@@ -62,30 +58,93 @@ impl RenderedPage {
     }
 
     /// The listing's body `{data, page, requestId}`, with a freshly signed cursor.
-    pub fn body(
-        &self,
-        signer: &CursorSigner,
-        scope: &CursorScope<'_>,
-        request_id: &RequestId,
-    ) -> Result<Vec<u8>, ApiError> {
-        let page = PageInfo {
-            has_more: self.next.is_some(),
-            next_cursor: self.next.as_ref().map(|next| signer.issue(scope, next)),
-        };
-        let mut body = Vec::with_capacity(self.data.len() + 320);
-        body.extend_from_slice(b"{\"data\":");
-        body.extend_from_slice(&self.data);
-        body.extend_from_slice(b",\"page\":");
-        write_json(&page, &mut body)?;
-        body.extend_from_slice(b",\"requestId\":");
-        write_json(request_id, &mut body)?;
-        body.push(b'}');
+    pub fn body(&self, around: &BodyParts<'_>) -> Result<Vec<u8>, ApiError> {
+        let mut body = Vec::with_capacity(self.data.len() + ENVELOPE_BYTES);
+        around.write(&mut body, self.next.as_ref(), |out| {
+            out.extend_from_slice(&self.data);
+            Ok(())
+        })?;
         Ok(body)
     }
 }
 
+/// What a listing's body holds besides its records.
+pub struct BodyParts<'a> {
+    pub signer: &'a CursorSigner,
+    pub scope: &'a CursorScope<'a>,
+    pub request_id: &'a RequestId,
+}
+
+impl BodyParts<'_> {
+    /// The body of a page that is served once and not kept: written straight from its
+    /// rows into the response, without a `data` buffer of its own.
+    pub fn fresh<R: Resource>(&self, rows: &[PgRow], limit: usize, sort: SortKey) -> Result<Vec<u8>, ApiError> {
+        let (page, next) = cut::<R>(rows, limit, sort)?;
+        let mut body = Vec::with_capacity(2 + page.len() * RECORD_BYTES + ENVELOPE_BYTES);
+        self.write(&mut body, next.as_ref(), |out| write_records::<R>(page, out))?;
+        Ok(body)
+    }
+
+    /// `{"data":…,"page":…,"requestId":…}`, the records written by `data`.
+    fn write(
+        &self,
+        body: &mut Vec<u8>,
+        next: Option<&Position>,
+        data: impl FnOnce(&mut Vec<u8>) -> Result<(), ApiError>,
+    ) -> Result<(), ApiError> {
+        let page =
+            PageInfo { has_more: next.is_some(), next_cursor: next.map(|next| self.signer.issue(self.scope, next)) };
+        body.extend_from_slice(b"{\"data\":");
+        data(body)?;
+        body.extend_from_slice(b",\"page\":");
+        write_json(&page, body)?;
+        body.extend_from_slice(b",\"requestId\":");
+        write_json(self.request_id, body)?;
+        body.push(b'}');
+        Ok(())
+    }
+}
+
+/// `rows` (fetched with `limit + 1`) cut to the page, and where the next page starts
+/// when there is one.
+fn cut<R: Resource>(rows: &[PgRow], limit: usize, sort: SortKey) -> Result<(&[PgRow], Option<Position>), ApiError> {
+    let page = &rows[..rows.len().min(limit)];
+    let next = match page.last() {
+        Some(last) if rows.len() > limit => Some(R::record(last)?.position(sort)),
+        _ => None,
+    };
+    Ok((page, next))
+}
+
+/// `rows` as the JSON array of a body's `data`.
+fn write_records<R: Resource>(rows: &[PgRow], out: &mut Vec<u8>) -> Result<(), ApiError> {
+    out.push(b'[');
+    for (index, row) in rows.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_json(&R::record(row)?, out)?;
+    }
+    out.push(b']');
+    Ok(())
+}
+
+/// `{"data":…,"requestId":…}`: the body of a retrieve, documented as the resource's
+/// envelope type.
+pub fn record_body<R: Resource>(row: &PgRow) -> Result<Vec<u8>, ApiError> {
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Envelope<'a, T> {
+        data: T,
+        request_id: &'a RequestId,
+    }
+    let mut body = Vec::with_capacity(RECORD_BYTES + ENVELOPE_BYTES);
+    write_json(&Envelope { data: R::record(row)?, request_id: &RequestId::current() }, &mut body)?;
+    Ok(body)
+}
+
 /// The body of one page of `R` in the caller's workspace.
-pub async fn list_page<R: Presented>(
+pub async fn list_page<R: Resource>(
     state: &AppState,
     principal: &Principal,
     params: ListParams<R::Kind>,
@@ -112,18 +171,19 @@ pub async fn list_page<R: Presented>(
             state.cursors.open(token.as_str(), &scope).map_err(|problem| ApiError::invalid("cursor", problem))?;
         request.after = Some(position);
     }
-    let page = if request.after.is_none() && request.search.is_none() {
-        first_page::<R>(state, &request).await?
+    let request_id = RequestId::current();
+    let around = BodyParts { signer: &state.cursors, scope: &scope, request_id: &request_id };
+    if request.after.is_none() && request.search.is_none() {
+        first_page::<R>(state, &request).await?.body(&around)
     } else {
         let rows = fetch_page::<R>(&state.reads, &request).await?;
-        Arc::new(RenderedPage::new::<R>(rows, request.limit.get(), request.sort)?)
-    };
-    page.body(&state.cursors, &scope, &RequestId::current())
+        around.fresh::<R>(&rows, request.limit.get(), request.sort)
+    }
 }
 
 /// A first page without search: from the cache when the workspace has not changed
 /// since it was read, else from the database (and then cached).
-async fn first_page<R: Presented>(
+async fn first_page<R: Resource>(
     state: &AppState,
     request: &ListRequest<R::Kind>,
 ) -> Result<Arc<RenderedPage>, ApiError> {
@@ -143,7 +203,7 @@ async fn first_page<R: Presented>(
     metrics::counter!(crate::operations::names::FIRST_PAGE_CACHE, "result" => "miss").increment(1);
     let ticket = state.first_pages.ticket(request.workspace_id);
     let rows = fetch_page::<R>(&state.reads, request).await?;
-    let page = Arc::new(RenderedPage::new::<R>(rows, request.limit.get(), request.sort)?);
+    let page = Arc::new(RenderedPage::new::<R>(&rows, request.limit.get(), request.sort)?);
     state.first_pages.put(key, ticket, page.clone(), page.bytes());
     Ok(page)
 }
@@ -197,105 +257,4 @@ pub struct NoQuery;
 impl QueryContract for NoQuery {
     const PARAMETERS: &'static [Parameter] = &[];
     const PATH_ENDS_IN_ID: bool = true;
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use chrono::{TimeZone, Utc};
-    use lectern_schema::{Contact, Item};
-    use secrecy::SecretString;
-    use serde_json::Value;
-    use uuid::Uuid;
-
-    use super::*;
-    use crate::db::contacts::{ContactRow, Contacts};
-    use crate::db::items::{ItemRow, Items};
-    use crate::http::contacts::ContactList;
-    use crate::http::items::ItemList;
-
-    fn contact(n: u128) -> ContactRow {
-        ContactRow {
-            id: Uuid::from_u128(n),
-            name: format!("Müller & \"Söhne\" {n}"),
-            email: Some(format!("a{n}@example.com")),
-            phone: None,
-            address: Some("Hauptstr. 1\nBerlin".to_owned()),
-            tin: None,
-            is_customer: true,
-            is_supplier: n.is_multiple_of(2),
-            created_at: Utc.timestamp_opt(1_700_000_000 + n as i64, 120_000_000).unwrap(),
-        }
-    }
-
-    fn item(n: u128) -> ItemRow {
-        ItemRow {
-            id: Uuid::from_u128(n),
-            name: format!("Consulting ☕ {n}"),
-            sku: None,
-            description: Some("Per hour".to_owned()),
-            kind: "service".to_owned(),
-            unit: Some("hour".to_owned()),
-            sale_price_amount: Some("0.10".to_owned()),
-            sale_price_currency: Some("EUR".to_owned()),
-            purchase_price_amount: None,
-            purchase_price_currency: None,
-            created_at: Utc.timestamp_opt(1_700_000_000 + n as i64, 0).unwrap(),
-        }
-    }
-
-    fn signer() -> CursorSigner {
-        CursorSigner::new(
-            SecretString::from("a test cursor secret of enough length".to_owned()),
-            Duration::from_secs(60),
-        )
-    }
-
-    fn scope(resource: &'static str) -> CursorScope<'static> {
-        CursorScope { resource, workspace_id: Uuid::from_u128(1), kind: "all", search: None, sort: SortKey::CreatedAt }
-    }
-
-    /// The assembled body, parsed, with its cursor (signed at serving time) taken out.
-    fn served(page: &RenderedPage, scope: &CursorScope<'_>) -> (Value, Option<String>) {
-        let request_id = RequestId::from_client("req-1").unwrap();
-        let body: Value = serde_json::from_slice(&page.body(&signer(), scope, &request_id).unwrap()).unwrap();
-        let cursor = body["page"]["nextCursor"].as_str().map(str::to_owned);
-        (body, cursor)
-    }
-
-    #[test]
-    fn an_assembled_contact_page_is_exactly_the_documented_list_and_its_cursor_resumes_after_its_last_record() {
-        let page = RenderedPage::new::<Contacts>((1..=3).map(contact).collect(), 2, SortKey::CreatedAt).unwrap();
-        let scope = scope("contacts");
-
-        let (body, cursor) = served(&page, &scope);
-
-        let documented = ContactList {
-            data: (1..=2).map(contact).map(Contact::from).collect(),
-            page: PageInfo { has_more: true, next_cursor: cursor.clone() },
-            request_id: RequestId::from_client("req-1").unwrap(),
-        };
-        assert_eq!(body, serde_json::to_value(&documented).unwrap());
-        let last = contact(2);
-        assert_eq!(
-            signer().open(&cursor.unwrap(), &scope).unwrap(),
-            Position::CreatedAt { at: last.created_at, id: last.id }
-        );
-    }
-
-    #[test]
-    fn an_assembled_last_item_page_is_exactly_the_documented_list_without_a_cursor() {
-        let page = RenderedPage::new::<Items>((1..=2).map(item).collect(), 2, SortKey::CreatedAt).unwrap();
-
-        let (body, cursor) = served(&page, &scope("items"));
-
-        let documented = ItemList {
-            data: (1..=2).map(|n| Item::try_from(item(n)).unwrap()).collect(),
-            page: PageInfo { has_more: false, next_cursor: None },
-            request_id: RequestId::from_client("req-1").unwrap(),
-        };
-        assert_eq!(cursor, None);
-        assert_eq!(body, serde_json::to_value(&documented).unwrap());
-    }
 }

@@ -9,12 +9,12 @@ use poem_openapi::{Object, OpenApi};
 
 use super::auth::ContactsReader;
 pub use super::collection::NoQuery;
-use super::collection::{list_page, GetError, ListError, ListParams, ListQuery, Presented};
-use super::payload::{write_json, JsonBody};
+use super::collection::{list_page, record_body, GetError, ListError, ListParams, ListQuery};
+use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
-use crate::db::contacts::{ContactRow, ContactType, Contacts};
+use crate::db::contacts::{ContactType, Contacts};
 use crate::error::ApiError;
 use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
 
@@ -35,13 +35,6 @@ pub struct ContactList {
 pub struct ContactEnvelope {
     pub data: Contact,
     pub request_id: RequestId,
-}
-
-impl Presented for Contacts {
-    fn write_data(rows: Vec<ContactRow>, out: &mut Vec<u8>) -> Result<(), ApiError> {
-        let records: Vec<Contact> = rows.into_iter().map(Contact::from).collect();
-        write_json(&records, out)
-    }
 }
 
 /// listContacts' query parameters.
@@ -107,6 +100,6 @@ impl ContactsApi {
         let row = state.contacts.find(key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row =
             row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
-        Ok(JsonBody::new(&ContactEnvelope { data: Contact::from(row), request_id: RequestId::current() })?)
+        Ok(JsonBody::assembled(record_body::<Contacts>(&row)?))
     }
 }

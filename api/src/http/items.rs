@@ -8,12 +8,12 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ItemsReader;
-use super::collection::{list_page, GetError, ListError, ListParams, ListQuery, NoQuery, Presented};
-use super::payload::{write_json, JsonBody};
+use super::collection::{list_page, record_body, GetError, ListError, ListParams, ListQuery, NoQuery};
+use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
-use crate::db::items::{self, ItemKind, Items};
+use crate::db::items::{ItemKind, Items};
 use crate::error::ApiError;
 use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
 
@@ -48,17 +48,6 @@ enum Tags {
 /// The items area.
 #[derive(Debug)]
 pub struct ItemsApi;
-
-fn served(row: items::ItemRow) -> Result<Item, ApiError> {
-    Item::try_from(row).map_err(|error| ApiError::Internal(Box::new(error)))
-}
-
-impl Presented for Items {
-    fn write_data(rows: Vec<items::ItemRow>, out: &mut Vec<u8>) -> Result<(), ApiError> {
-        let records = rows.into_iter().map(served).collect::<Result<Vec<Item>, ApiError>>()?;
-        write_json(&records, out)
-    }
-}
 
 #[OpenApi(prefix_path = "/v1", tag = "Tags::Items")]
 impl ItemsApi {
@@ -109,6 +98,6 @@ impl ItemsApi {
         let id = id.0.parse()?;
         let row = state.items.find(key.0.workspace_id, id).await.map_err(ApiError::from)?;
         let row = row.ok_or_else(|| ApiError::NotFound("No active item with this id in this workspace.".to_owned()))?;
-        Ok(JsonBody::new(&ItemEnvelope { data: served(row)?, request_id: RequestId::current() })?)
+        Ok(JsonBody::assembled(record_body::<Items>(&row)?))
     }
 }

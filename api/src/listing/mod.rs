@@ -21,6 +21,16 @@ pub enum Position {
     Name { name: String, id: Uuid },
 }
 
+impl Position {
+    /// Where a record with these keys stands in `sort` order.
+    pub fn of(sort: SortKey, created_at: DateTime<Utc>, name: &str, id: Uuid) -> Self {
+        match sort {
+            SortKey::CreatedAt => Self::CreatedAt { at: created_at, id },
+            SortKey::Name => Self::Name { name: name.to_owned(), id },
+        }
+    }
+}
+
 /// A record that can say where it stands in either order.
 pub trait Keyed {
     fn position(&self, sort: SortKey) -> Position;

@@ -8,12 +8,14 @@
 use std::time::{Duration, Instant};
 
 use lectern_api::db::connections::{PlanMode, ReadConnections};
-use lectern_api::db::contacts::{ContactRow, ContactType, Contacts};
+use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::listing::fetch_page;
+use lectern_api::db::listing::Resource;
 use lectern_api::db::PoolSettings;
 use lectern_api::listing::{Limit, ListRequest, SearchText, SortKey};
 use lectern_tests::{ContactSeed, TestDatabase};
-use sqlx::{Connection, PgConnection};
+use sqlx::postgres::PgRow;
+use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
 /// A set of `max_connections` on the test database, as the API opens it.
@@ -48,15 +50,16 @@ async fn seeded_workspace(db: &TestDatabase, names: &[&str]) -> Uuid {
 /// How the statements prepared on the (only) connection of `connections` were planned,
 /// as (statement, generic plans, custom plans), read on that very connection.
 async fn prepared_statements(connections: &ReadConnections, mode: PlanMode) -> Vec<(String, i64, i64)> {
-    let query = sqlx::query_as::<_, (String, i64, i64)>(
+    let query = sqlx::query(
         "select statement, generic_plans, custom_plans from pg_prepared_statements where statement like 'select % from contacts %' \
          and statement not like '%pg_prepared_statements%'",
     );
-    connections.fetch_all(mode, query).await.expect("read pg_prepared_statements")
+    let rows = connections.fetch_all(mode, query).await.expect("read pg_prepared_statements");
+    rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))).collect()
 }
 
-fn names(rows: &[ContactRow]) -> Vec<&str> {
-    rows.iter().map(|row| row.name.as_str()).collect()
+fn names(rows: &[PgRow]) -> Vec<&str> {
+    rows.iter().map(|row| Contacts::record(row).expect("a contact row").name).collect()
 }
 
 #[tokio::test]
@@ -88,9 +91,9 @@ async fn listings_reuse_one_prepared_statement_under_its_generic_plan_and_search
 
 /// The plan mode a statement borrowed in `mode` runs under, read on its connection.
 async fn plan_cache_mode(connections: &ReadConnections, mode: PlanMode) -> String {
-    let query = sqlx::query_as::<_, (String,)>("select current_setting('plan_cache_mode')");
+    let query = sqlx::query("select current_setting('plan_cache_mode')");
     let rows = connections.fetch_all(mode, query).await.expect("read plan_cache_mode");
-    rows.into_iter().next().map(|(setting,)| setting).unwrap_or_default()
+    rows.first().map(|row| row.get(0)).unwrap_or_default()
 }
 
 #[tokio::test]

@@ -861,3 +861,57 @@ async fn the_list_body_has_exactly_data_page_and_request_id() {
         assert_eq!(sorted_keys(&reply.body["page"]), ["hasMore", "nextCursor"], "{query}");
     }
 }
+
+/// Pages and retrieves are written straight from the rows PostgreSQL sends, a cached
+/// first page, a fresh page (a search, or one after a cursor) and a retrieve each by a
+/// path of its own: whatever the text, every path serves it exactly as stored.
+#[tokio::test]
+async fn text_that_json_must_escape_is_served_exactly_as_stored_by_every_path() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    let awkward = [
+        "quote \" and backslash \\",
+        "line\nbreak\ttab\rreturn",
+        "control \u{1} \u{1f} \u{7f}",
+        "separators \u{2028}\u{2029}",
+        "Grüße ☕ 𝄞 日本語",
+    ];
+    let mut expected = Vec::new();
+    for (index, text) in awkward.iter().enumerate() {
+        let (phone, address, tin) = (format!("phone {text}"), format!("address {text}"), format!("tin {text}"));
+        let seed = ContactSeed::named(&format!("awkward {text}"))
+            .email(&format!("a{index}@example.com"))
+            .phone(&phone)
+            .address(&address)
+            .tin(&tin)
+            .roles(index % 2 == 0, index % 3 == 0)
+            .at(index as i64);
+        let id = seed.insert(&app.pool, workspace).await;
+        expected.push(serde_json::json!({
+            "id": id.to_string(), "name": seed.name, "email": seed.email, "phone": phone, "address": address,
+            "tin": tin, "isCustomer": index % 2 == 0, "isSupplier": index % 3 == 0,
+            "createdAt": format!("2025-02-03T08:00:0{index}.000Z"),
+        }));
+    }
+
+    let cached_first_page = app.get(&key, "/v1/contacts").await;
+    let searched = app.get(&key, "/v1/contacts?search=awkward").await;
+    let traversed: Vec<Value> = app
+        .traverse(&key, "/v1/contacts?limit=2")
+        .await
+        .iter()
+        .flat_map(|page| page["data"].as_array().cloned().unwrap_or_default())
+        .collect();
+
+    cached_first_page.assert_ok();
+    assert_eq!(cached_first_page.data(), &expected, "first page");
+    searched.assert_ok();
+    assert_eq!(searched.data(), &expected, "search");
+    assert_eq!(traversed, expected, "pages after cursors");
+    for record in &expected {
+        let retrieved = app.get(&key, &format!("/v1/contacts/{}", id_of(record))).await;
+        retrieved.assert_ok();
+        assert_eq!(&retrieved.body["data"], record, "retrieve");
+    }
+}
