@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::db::workspace_sizes::WalkSettings;
 use crate::db::PoolSettings;
 use crate::error::CommandError;
 use crate::http::ServerLimits;
@@ -205,6 +206,23 @@ pub struct ServeArgs {
     /// Seconds a cursor stays valid after it is issued.
     #[arg(long, env = "LECTERN_CURSOR_LIFETIME_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
     pub cursor_lifetime_secs: u64,
+    /// Searches in workspaces with fewer active records than this walk them in order on
+    /// one generic plan instead of being planned for each term; 0 turns walks off.
+    #[arg(long, env = "LECTERN_SEARCH_WALK_BELOW", default_value_t = WalkSettings::default().below_rows)]
+    pub search_walk_below: u32,
+    /// Seconds a workspace's counted size decides its searches before it is counted again.
+    #[arg(long, env = "LECTERN_WORKSPACE_RECOUNT_SECS", default_value_t = WalkSettings::default().recount_after.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub workspace_recount_secs: u64,
+}
+
+impl ServeArgs {
+    /// When searches walk a workspace.
+    pub fn walk_settings(&self) -> WalkSettings {
+        WalkSettings {
+            below_rows: self.search_walk_below,
+            recount_after: Duration::from_secs(self.workspace_recount_secs),
+        }
+    }
 }
 
 /// Everything `dev` needs: the API's settings and where NATS is.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use lectern_api::db::connections::ReadConnections;
 use lectern_api::db::lookups::Lookups;
 use lectern_api::db::notifications::Invalidated;
+use lectern_api::db::workspace_sizes::{WalkSettings, WorkspaceSizes};
 use lectern_api::db::PoolSettings;
 use lectern_api::http::{AppState, Application};
 use lectern_api::keys::{Authenticator, Environment, Scope};
@@ -39,6 +40,8 @@ pub struct AppOptions {
     pub per_key: Policy,
     /// Uncached key lookups per client address (every test client is 127.0.0.1).
     pub lookups_per_address: Policy,
+    /// When searches walk a workspace.
+    pub walks: WalkSettings,
 }
 
 /// Listing connections as the API opens them, with the limits and the address of
@@ -65,6 +68,7 @@ impl Default for AppOptions {
             cursor_lifetime: Duration::from_secs(86_400),
             per_key: generous_policy(),
             lookups_per_address: generous_policy(),
+            walks: WalkSettings::default(),
         }
     }
 }
@@ -98,6 +102,7 @@ impl TestApp {
             cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
             rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),
             first_pages: Arc::default(),
+            workspace_sizes: WorkspaceSizes::new(options.walks),
             contacts: Lookups::new(pool.clone()),
             items: Lookups::new(pool.clone()),
         };

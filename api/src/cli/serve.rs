@@ -14,6 +14,7 @@ use crate::config::ServeArgs;
 use crate::db;
 use crate::db::connections::ReadConnections;
 use crate::db::lookups::Lookups;
+use crate::db::workspace_sizes::WorkspaceSizes;
 use crate::error::CommandError;
 use crate::http::{AppState, Application};
 use crate::keys::Authenticator;
@@ -63,6 +64,7 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         pool: pool.clone(),
         rate_limits: args.rate_limits.limits(),
         first_pages: Arc::default(),
+        workspace_sizes: WorkspaceSizes::new(args.walk_settings()),
         contacts: Lookups::new(pool.clone()),
         items: Lookups::new(pool.clone()),
     };

@@ -12,7 +12,8 @@
 //! workspace's range of that index and filter the entries without reading a row (cheap
 //! in a small workspace, and for a common term, which fills its page quickly), or take
 //! the trigram index for a rare term in a large workspace; either way at most one page
-//! of rows is read.
+//! of rows is read. In a small workspace the walk is the only plan worth having, so
+//! there it is written so that one generic plan serves every term ([`SearchShape`]).
 
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder};
@@ -38,19 +39,56 @@ pub trait Resource {
     fn record(row: &PgRow) -> Result<Self::Record<'_>, sqlx::Error>;
 }
 
+/// How a search finds its page of ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchShape {
+    /// Planned for each execution with its pattern and workspace: PostgreSQL may take a
+    /// trigram index (a rare term in a large workspace) or walk the order index.
+    Planned,
+    /// A walk through the workspace's range of the createdAt order index, testing each
+    /// entry's search document. The statement lower-cases the term once (a sub-select)
+    /// instead of having it folded into the plan, so one generic plan serves every
+    /// execution. For small workspaces, see [`super::workspace_sizes`].
+    Walk,
+}
+
+impl SearchShape {
+    /// Whether `request` can be walked: a search in the default order (the order index
+    /// carries the search document, the name index does not) for a one-line term (a
+    /// term with a newline is checked field by field).
+    pub fn walkable<K>(request: &ListRequest<K>) -> bool {
+        let one_line = request.search.as_ref().is_some_and(|search| !search.as_str().contains('\n'));
+        one_line && request.sort == SortKey::CreatedAt
+    }
+
+    /// A walk asked for a request that cannot be walked is planned instead.
+    fn for_request<K>(self, request: &ListRequest<K>) -> Self {
+        match self {
+            Self::Walk if !Self::walkable(request) => Self::Planned,
+            shape => shape,
+        }
+    }
+}
+
 /// The rows of one page, plus one more when another page follows; read them with
-/// [`Resource::record`].
+/// [`Resource::record`]. `shape` matters for searches only.
 pub async fn fetch_page<R: Resource>(
     connections: &ReadConnections,
     request: &ListRequest<R::Kind>,
+    shape: SearchShape,
 ) -> Result<Vec<PgRow>, sqlx::Error> {
-    let mut sql = list_sql::<R>(request);
-    let mode = if request.search.is_some() { PlanMode::PerExecution } else { PlanMode::Generic };
+    let shape = shape.for_request(request);
+    let mut sql = list_sql::<R>(request, shape);
+    let mode = match shape {
+        SearchShape::Planned if request.search.is_some() => PlanMode::PerExecution,
+        _ => PlanMode::Generic,
+    };
     connections.fetch_all(mode, sql.build()).await
 }
 
 /// The statement for `request`; public so benchmarks can run the very same SQL.
-pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>) -> QueryBuilder<'a, Postgres> {
+pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>, shape: SearchShape) -> QueryBuilder<'a, Postgres> {
+    let shape = shape.for_request(request);
     let mut sql = QueryBuilder::new(format!("select {} from {} where workspace_id = ", R::COLUMNS, R::NAME));
     sql.push_bind(request.workspace_id);
     // Literal, so the planner matches the partial indexes.
@@ -61,13 +99,13 @@ pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>) -> QueryBuil
         sql.push(format!(" and id = any(array(select id from {} where workspace_id = ", R::NAME));
         sql.push_bind(request.workspace_id);
         sql.push(" and status = 'active'");
-        push_page_conditions::<R>(&mut sql, request);
+        push_page_conditions::<R>(&mut sql, request, shape);
         sql.push("))");
         // The ids came in page order, but the scan that reads their rows need not keep it.
         sql.push(order_by(request.sort));
         return sql;
     }
-    push_page_conditions::<R>(&mut sql, request);
+    push_page_conditions::<R>(&mut sql, request, shape);
     sql
 }
 
@@ -79,27 +117,43 @@ fn order_by(sort: SortKey) -> &'static str {
 }
 
 /// The type filter, search, keyset position, order and limit of one page.
-fn push_page_conditions<'a, R: Resource>(sql: &mut QueryBuilder<'a, Postgres>, request: &'a ListRequest<R::Kind>) {
+fn push_page_conditions<'a, R: Resource>(
+    sql: &mut QueryBuilder<'a, Postgres>,
+    request: &'a ListRequest<R::Kind>,
+    shape: SearchShape,
+) {
     if let Some(condition) = request.kind.condition() {
         sql.push(" and ").push(condition);
     }
-    if let Some(search) = &request.search {
-        let pattern = search.like_escaped();
-        // Lower-cased with ICU like the indexed document, then back in the default
-        // collation: a LIKE in the ICU collation would not match the trigram index.
-        sql.push(" and search_text like '%' || (lower(");
-        sql.push_bind(pattern.clone());
-        sql.push(" collate \"und-x-icu\") collate \"default\") || '%'");
-        if search.as_str().contains('\n') {
-            // Only a term with a newline can span two fields of the search document.
-            sql.push(" and (false");
-            for field in R::SEARCH_FIELDS {
-                sql.push(format!(" or (lower({field} collate \"und-x-icu\") collate \"default\") like '%' || (lower("));
-                sql.push_bind(pattern.clone());
-                sql.push(" collate \"und-x-icu\") collate \"default\") || '%'");
-            }
-            sql.push(")");
+    match (&request.search, shape) {
+        (Some(search), SearchShape::Walk) => {
+            // A literal substring test, which no trigram index serves: the walk is the
+            // only plan. The document is lower-cased with ICU, and so is the term.
+            sql.push(" and strpos(search_text, (select lower(");
+            sql.push_bind(search.as_str());
+            sql.push(" collate \"und-x-icu\") collate \"default\")) > 0");
         }
+        (Some(search), SearchShape::Planned) => {
+            let pattern = search.like_escaped();
+            // Lower-cased with ICU like the indexed document, then back in the default
+            // collation: a LIKE in the ICU collation would not match the trigram index.
+            sql.push(" and search_text like '%' || (lower(");
+            sql.push_bind(pattern.clone());
+            sql.push(" collate \"und-x-icu\") collate \"default\") || '%'");
+            if search.as_str().contains('\n') {
+                // Only a term with a newline can span two fields of the search document.
+                sql.push(" and (false");
+                for field in R::SEARCH_FIELDS {
+                    sql.push(format!(
+                        " or (lower({field} collate \"und-x-icu\") collate \"default\") like '%' || (lower("
+                    ));
+                    sql.push_bind(pattern.clone());
+                    sql.push(" collate \"und-x-icu\") collate \"default\") || '%'");
+                }
+                sql.push(")");
+            }
+        }
+        (None, _) => {}
     }
     match &request.after {
         Some(Position::CreatedAt { at, id }) => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sqlx::postgres::PgRow;
 
 use crate::db::first_pages::PageKey;
-use crate::db::listing::{fetch_page, Resource};
+use crate::db::listing::{fetch_page, Resource, SearchShape};
 use crate::error::ApiError;
 use crate::keys::Principal;
 use crate::listing::cursor::{CursorScope, CursorSigner};
@@ -176,8 +176,20 @@ pub async fn list_page<R: Resource>(
     if request.after.is_none() && request.search.is_none() {
         first_page::<R>(state, &request).await?.body(&around)
     } else {
-        let rows = fetch_page::<R>(&state.reads, &request).await?;
+        let shape = search_shape::<R>(state, &request).await?;
+        let rows = fetch_page::<R>(&state.reads, &request, shape).await?;
         around.fresh::<R>(&rows, request.limit.get(), request.sort)
+    }
+}
+
+/// A walk for a walkable search in a small workspace, else a planned search.
+async fn search_shape<R: Resource>(state: &AppState, request: &ListRequest<R::Kind>) -> Result<SearchShape, ApiError> {
+    if SearchShape::walkable(request)
+        && state.workspace_sizes.is_small(&state.reads, R::NAME, request.workspace_id).await?
+    {
+        Ok(SearchShape::Walk)
+    } else {
+        Ok(SearchShape::Planned)
     }
 }
 
@@ -202,7 +214,8 @@ async fn first_page<R: Resource>(
     }
     metrics::counter!(crate::operations::names::FIRST_PAGE_CACHE, "result" => "miss").increment(1);
     let ticket = state.first_pages.ticket(request.workspace_id);
-    let rows = fetch_page::<R>(&state.reads, request).await?;
+    // A first page without search: the shape does not apply.
+    let rows = fetch_page::<R>(&state.reads, request, SearchShape::Planned).await?;
     let page = Arc::new(RenderedPage::new::<R>(&rows, request.limit.get(), request.sort)?);
     state.first_pages.put(key, ticket, page.clone(), page.bytes());
     Ok(page)

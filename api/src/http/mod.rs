@@ -33,6 +33,7 @@ use crate::db::first_pages::FirstPages;
 use crate::db::items::Items;
 use crate::db::lookups::Lookups;
 use crate::db::notifications::{self, Invalidated};
+use crate::db::workspace_sizes::WorkspaceSizes;
 use crate::error::ApiError;
 use crate::keys::Authenticator;
 use crate::listing::cursor::CursorSigner;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub rate_limits: RateLimits,
     /// Unchanged first pages, evicted by the read model's change notifications.
     pub first_pages: Arc<FirstPages>,
+    /// Which workspaces a search walks (see [`crate::db::workspace_sizes`]).
+    pub workspace_sizes: WorkspaceSizes,
     /// Retrieves by id, answered in batches.
     pub contacts: Arc<Lookups<Contacts>>,
     pub items: Arc<Lookups<Items>>,

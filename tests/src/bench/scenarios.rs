@@ -11,7 +11,8 @@
 
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::items::{ItemKind, Items};
-use lectern_api::db::listing::{list_sql, Resource};
+use lectern_api::db::listing::{list_sql, Resource, SearchShape};
+use lectern_api::db::workspace_sizes::WalkSettings;
 use lectern_api::listing::{Limit, ListRequest, Position, SearchText, SortKey};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -119,7 +120,8 @@ fn listing<R: Resource>(
     plan: &Plan,
 ) -> Result<Scenario> {
     let workspace = (!request.workspace_id.is_nil()).then_some(request.workspace_id);
-    let builder = list_sql::<R>(request);
+    let shape = search_shape(request, plan);
+    let builder = list_sql::<R>(request, shape);
     let workspace_bind = if workspace.is_some() { ":ws" } else { RANDOM_WORKSPACE };
     let mut binds = vec![workspace_bind];
     let mut defines = vec![("limit".to_owned(), (request.limit.get() + 1).to_string())];
@@ -130,9 +132,14 @@ fn listing<R: Resource>(
         if search.as_str().contains('\n') {
             return Err("a search with a newline binds its pattern once per field; not a scenario here".into());
         }
-        // A search binds the workspace again, for the query that picks the page's ids.
+        // A search binds the workspace again, for the query that picks the page's ids;
+        // a walk binds the term as it is, a planned search as a LIKE pattern.
         binds.extend([workspace_bind, ":pattern"]);
-        defines.push(("pattern".to_owned(), search.like_escaped()));
+        let pattern = match shape {
+            SearchShape::Walk => search.as_str().to_owned(),
+            SearchShape::Planned => search.like_escaped(),
+        };
+        defines.push(("pattern".to_owned(), pattern));
     }
     match &request.after {
         Some(Position::CreatedAt { at, id }) => {
@@ -150,8 +157,27 @@ fn listing<R: Resource>(
         requests,
         script: format!("\\set w random(1, {})\n{sql};\n", plan.small().len()),
         defines,
-        plan_cache_mode: if request.search.is_some() { "force_custom_plan" } else { "auto" },
+        plan_cache_mode: match shape {
+            SearchShape::Planned if request.search.is_some() => "force_custom_plan",
+            _ => "auto",
+        },
     })
+}
+
+/// The shape the API gives `request`'s search: a walk where the workspace (a nil one is
+/// a random small workspace) is below the API's default threshold.
+fn search_shape<K>(request: &ListRequest<K>, plan: &Plan) -> SearchShape {
+    let contacts = if request.workspace_id.is_nil() {
+        plan.small().first().map_or(0, |workspace| workspace.contacts)
+    } else {
+        plan.workspaces.iter().find(|workspace| workspace.id == request.workspace_id).map_or(u32::MAX, |w| w.contacts)
+    };
+    let small = contacts < WalkSettings::default().below_rows;
+    if small && SearchShape::walkable(request) {
+        SearchShape::Walk
+    } else {
+        SearchShape::Planned
+    }
 }
 
 /// Retrieve by id. The API answers concurrent retrieves together, one statement per

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use lectern_api::db::connections::{PlanMode, ReadConnections};
 use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::fetch_page;
 use lectern_api::db::listing::Resource;
+use lectern_api::db::listing::{fetch_page, SearchShape};
 use lectern_api::db::PoolSettings;
 use lectern_api::listing::{Limit, ListRequest, SearchText, SortKey};
 use lectern_tests::{ContactSeed, TestDatabase};
@@ -69,11 +69,15 @@ async fn listings_reuse_one_prepared_statement_under_its_generic_plan_and_search
     let connections = read_connections(&db, 1);
 
     for _ in 0..10 {
-        let page = fetch_page::<Contacts>(&connections, &listing(workspace_id, None)).await.expect("listing");
+        let page = fetch_page::<Contacts>(&connections, &listing(workspace_id, None), SearchShape::Planned)
+            .await
+            .expect("listing");
         assert_eq!(names(&page), ["Ada Lovelace", "Alan Turing", "Grace Hopper"]);
     }
     for term in ["ada", "turing", "hopper", "a", "lovelace", "grace", "alan", "ing", "ace", "per"] {
-        let page = fetch_page::<Contacts>(&connections, &listing(workspace_id, Some(term))).await.expect("search");
+        let page = fetch_page::<Contacts>(&connections, &listing(workspace_id, Some(term)), SearchShape::Planned)
+            .await
+            .expect("search");
         assert!(!page.is_empty(), "{term} matches a contact");
         assert!(names(&page).iter().all(|name| name.to_lowercase().contains(term)), "{term}: {:?}", names(&page));
     }
@@ -120,20 +124,22 @@ async fn an_abandoned_statement_is_drained_before_its_connection_serves_anyone_e
     let other_workspace = seeded_workspace(&db, &["Edsger Dijkstra"]).await;
     let connections = read_connections(&db, 1);
     // Opens the set's one connection, so that both statements below must share it.
-    fetch_page::<Contacts>(&connections, &listing(other_workspace, None)).await.expect("first listing");
+    fetch_page::<Contacts>(&connections, &listing(other_workspace, None), SearchShape::Planned)
+        .await
+        .expect("first listing");
     let mut locker = PgConnection::connect(&db.url).await.expect("connect the locking session");
     sqlx::raw_sql("begin; lock table contacts in access exclusive mode").execute(&mut locker).await.expect("lock");
 
     let abandoned = tokio::spawn({
         let connections = connections.clone();
-        async move { fetch_page::<Contacts>(&connections, &listing(workspace_id, None)).await }
+        async move { fetch_page::<Contacts>(&connections, &listing(workspace_id, None), SearchShape::Planned).await }
     });
     wait_for_lock_waiters(&db, 1).await;
     // The client goes away while its statement is inside PostgreSQL.
     abandoned.abort();
     let next = tokio::spawn({
         let connections = connections.clone();
-        async move { fetch_page::<Contacts>(&connections, &listing(other_workspace, None)).await }
+        async move { fetch_page::<Contacts>(&connections, &listing(other_workspace, None), SearchShape::Planned).await }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let waiting_meanwhile = db.sessions_waiting_on_a_lock().await;

@@ -27,3 +27,4 @@ mod retrieve;
 mod roundtrips;
 mod search;
 mod statements;
+mod walks;

@@ -2,10 +2,11 @@
 //! index range scan within the workspace (under the generic plan a prepared statement
 //! gets); a search picks its page of ids from the order index alone where that is
 //! cheap (a small workspace, a common term) and from the per-workspace trigram index
-//! for a rare term in a large workspace, and reads no more rows than its page.
+//! for a rare term in a large workspace, and reads no more rows than its page; a walk
+//! (a search in a small workspace) does the former under one generic plan.
 
 use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::list_sql;
+use lectern_api::db::listing::{list_sql, SearchShape};
 use lectern_api::listing::{Limit, ListRequest, Position, SearchText, SortKey};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
@@ -47,9 +48,10 @@ fn request(
     }
 }
 
-/// EXPLAIN of exactly the statement the API would send for `request`.
+/// EXPLAIN of exactly the statement the API would send for `request` (a search as a
+/// planned one).
 async fn plan(pool: &PgPool, request: &ListRequest<ContactType>, generic: bool) -> String {
-    let mut builder = list_sql::<Contacts>(request);
+    let mut builder = list_sql::<Contacts>(request, SearchShape::Planned);
     let sql = format!("explain (costs off) {}", builder.sql());
     let arguments = builder.build().take_arguments().expect("arguments").expect("bound arguments");
     let mut connection = pool.acquire().await.expect("connection");
@@ -121,13 +123,26 @@ async fn analyzed(pool: &PgPool, request: &ListRequest<ContactType>) -> Vec<Valu
     explained(pool, request).await
 }
 
-/// EXPLAIN ANALYZE of the statement the API sends for `request`, with the statistics
-/// as they are; every node of its plan.
+/// EXPLAIN ANALYZE of the statement the API sends for `request` (a search as a planned
+/// one), with the statistics as they are; every node of its plan.
 async fn explained(pool: &PgPool, request: &ListRequest<ContactType>) -> Vec<Value> {
-    let mut builder = list_sql::<Contacts>(request);
+    explained_as(pool, request, SearchShape::Planned, "force_custom_plan").await
+}
+
+/// As [`explained`], for a search of `shape` planned under `plan_cache_mode`.
+async fn explained_as(
+    pool: &PgPool,
+    request: &ListRequest<ContactType>,
+    shape: SearchShape,
+    plan_cache_mode: &str,
+) -> Vec<Value> {
+    let mut builder = list_sql::<Contacts>(request, shape);
     let sql = format!("explain (analyze, format json) {}", builder.sql());
     let arguments = builder.build().take_arguments().expect("arguments").expect("bound arguments");
-    let explained: Value = sqlx::query_scalar_with(&sql, arguments).fetch_one(pool).await.expect("explain");
+    let mut connection = pool.acquire().await.expect("connection");
+    sqlx::query(&format!("set plan_cache_mode = {plan_cache_mode}")).execute(&mut *connection).await.expect("set");
+    let explained: Value = sqlx::query_scalar_with(&sql, arguments).fetch_one(&mut *connection).await.expect("explain");
+    sqlx::query("reset plan_cache_mode").execute(&mut *connection).await.expect("reset");
     let mut nodes = vec![explained[0]["Plan"].clone()];
     let mut next = 0;
     while let Some(node) = nodes.get(next) {
@@ -162,16 +177,37 @@ async fn a_search_in_a_small_workspace_filters_its_order_index_range_and_reads_o
     // Ten of the small workspace's emails (contact20790@ … contact20799@) and one of the large one's.
     let nodes = analyzed(&db.pool, &request(small, SortKey::CreatedAt, Some("contact2079"), None)).await;
 
-    let picked = index_only_scan(&nodes, "contacts_by_created");
+    assert_only_the_small_workspaces_entries_decide_and_only_its_ten_matches_are_read(&nodes);
+}
+
+/// The page of `contact2079` in the small workspace: its 800 entries of the order index
+/// examined without reading a row, no trigram index, and only the 10 matches read.
+fn assert_only_the_small_workspaces_entries_decide_and_only_its_ten_matches_are_read(nodes: &[Value]) -> &Value {
+    let picked = index_only_scan(nodes, "contacts_by_created");
     assert_eq!(count(picked, "Heap Fetches"), 0, "no row is read to decide the page: {picked:#}");
     assert_eq!(
         count(picked, "Actual Rows") + count(picked, "Rows Removed by Filter"),
         800,
         "exactly the small workspace's entries are examined: {picked:#}"
     );
-    assert!(scan_of(&nodes, "contacts_search").is_none(), "no trigram posting list is decoded: {nodes:#?}");
-    let read = scan_of(&nodes, "contacts_pkey").unwrap_or_else(|| panic!("{nodes:#?}"));
+    assert!(scan_of(nodes, "contacts_search").is_none(), "no trigram posting list is decoded: {nodes:#?}");
+    let read = scan_of(nodes, "contacts_pkey").unwrap_or_else(|| panic!("{nodes:#?}"));
     assert_eq!(count(read, "Actual Rows") * count(read, "Actual Loops"), 10, "only the matches are read: {read:#}");
+    picked
+}
+
+#[tokio::test]
+async fn a_walk_under_its_generic_plan_filters_the_small_workspaces_order_index_range_and_reads_only_its_page() {
+    let db = TestDatabase::create().await;
+    let (_, small) = seed_volume(&db.pool).await;
+    sqlx::query("vacuum analyze contacts").execute(&db.pool).await.expect("vacuum");
+    let walk = request(small, SortKey::CreatedAt, Some("contact2079"), None);
+
+    let nodes = explained_as(&db.pool, &walk, SearchShape::Walk, "force_generic_plan").await;
+
+    let picked = assert_only_the_small_workspaces_entries_decide_and_only_its_ten_matches_are_read(&nodes);
+    let filter = picked["Filter"].as_str().unwrap_or_default();
+    assert!(filter.starts_with("(strpos(search_text, $"), "the term is lower-cased once, not per entry: {filter}");
 }
 
 #[tokio::test]

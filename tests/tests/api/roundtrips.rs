@@ -31,11 +31,15 @@ async fn each_request_sends_exactly_one_statement_once_its_key_is_cached() {
     first.assert_ok();
     let cursor = lectern_tests::app::urlencode(first.body["page"]["nextCursor"].as_str().unwrap());
     until_key_is_cached(&app, &key, "/v1/contacts?limit=2", &statements).await;
+    // The first search in a workspace counts its records, to choose how to search it.
+    app.get(&key, "/v1/contacts?search=acme").await.assert_ok();
+    statements.take();
 
     for path in [
         "/v1/contacts".to_owned(),
         format!("/v1/contacts?limit=2&cursor={cursor}"),
         "/v1/contacts?search=acme&sort=name&type=customer".to_owned(),
+        "/v1/contacts?search=acme".to_owned(),
         format!("/v1/contacts/{id}"),
     ] {
         app.get(&key, &path).await.assert_ok();
