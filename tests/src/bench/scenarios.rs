@@ -5,9 +5,10 @@
 //! pgbench cannot draw a random UUID, so a random workspace becomes a scalar subquery
 //! on a small lookup table where the API binds a parameter (an InitPlan of one index
 //! probe); a fixed workspace is bound exactly as the API binds it. Every scenario runs
-//! `-M prepared`, as the API prepares every statement; searches in sessions that plan
-//! each execution for its pattern (`plan_cache_mode = force_custom_plan`), like the
-//! API's search connections.
+//! `-M prepared`, as the API prepares every statement; planned searches in sessions
+//! that plan each execution for its pattern (`plan_cache_mode = force_custom_plan`),
+//! like the API's search connections, and a search in a small workspace as the walk
+//! the API sends there (`SearchShape::Walk`, the default plan mode).
 
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::items::{ItemKind, Items};
@@ -28,7 +29,7 @@ pub struct Scenario {
     pub script: String,
     /// `-D name=value` for pgbench.
     pub defines: Vec<(String, String)>,
-    /// pgbench's `plan_cache_mode`: `auto`, or `force_custom_plan` for searches.
+    /// pgbench's `plan_cache_mode`: `auto`, or `force_custom_plan` for planned searches.
     pub plan_cache_mode: &'static str,
 }
 
