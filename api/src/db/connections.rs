@@ -36,7 +36,8 @@ pub enum PlanMode {
 }
 
 impl PlanMode {
-    fn setting(self) -> &'static str {
+    /// The session's `plan_cache_mode` in this mode.
+    pub fn setting(self) -> &'static str {
         match self {
             Self::Generic => "auto",
             Self::PerExecution => "force_custom_plan",

@@ -53,12 +53,30 @@ pub enum SearchShape {
 }
 
 impl SearchShape {
-    /// Whether `request` can be walked: a search in the default order (the order index
-    /// carries the search document, the name index does not) for a one-line term (a
-    /// term with a newline is checked field by field).
-    pub fn walkable<K>(request: &ListRequest<K>) -> bool {
+    /// The shape for `request` in a workspace that is small or not: a walk only in a
+    /// small workspace, for a search in the default order (the order index carries the
+    /// search document, the name index does not) and a one-line term (a term with a
+    /// newline is checked field by field).
+    pub fn choose<K>(request: &ListRequest<K>, small_workspace: bool) -> Self {
+        if small_workspace && Self::walkable(request) {
+            Self::Walk
+        } else {
+            Self::Planned
+        }
+    }
+
+    pub(crate) fn walkable<K>(request: &ListRequest<K>) -> bool {
         let one_line = request.search.as_ref().is_some_and(|search| !search.as_str().contains('\n'));
         one_line && request.sort == SortKey::CreatedAt
+    }
+
+    /// How the statement for `request` is planned: per execution for a planned search,
+    /// else PostgreSQL's generic plan (listings and walks).
+    pub fn plan_mode<K>(self, request: &ListRequest<K>) -> PlanMode {
+        match self.for_request(request) {
+            Self::Planned if request.search.is_some() => PlanMode::PerExecution,
+            _ => PlanMode::Generic,
+        }
     }
 
     /// A walk asked for a request that cannot be walked is planned instead.
@@ -77,13 +95,7 @@ pub async fn fetch_page<R: Resource>(
     request: &ListRequest<R::Kind>,
     shape: SearchShape,
 ) -> Result<Vec<PgRow>, sqlx::Error> {
-    let shape = shape.for_request(request);
-    let mut sql = list_sql::<R>(request, shape);
-    let mode = match shape {
-        SearchShape::Planned if request.search.is_some() => PlanMode::PerExecution,
-        _ => PlanMode::Generic,
-    };
-    connections.fetch_all(mode, sql.build()).await
+    connections.fetch_all(shape.plan_mode(request), list_sql::<R>(request, shape).build()).await
 }
 
 /// The statement for `request`; public so benchmarks can run the very same SQL.

@@ -20,6 +20,8 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::connections::{PlanMode, ReadConnections};
+use super::listing::{Resource, SearchShape};
+use crate::listing::ListRequest;
 
 /// When searches walk a workspace.
 #[derive(Clone, Copy, Debug)]
@@ -56,16 +58,26 @@ impl WorkspaceSizes {
         Self { settings, known: Mutex::new(HashMap::new()) }
     }
 
+    /// How to search for `request`: a walk if it can be walked and its workspace holds
+    /// fewer active records of `R` than the threshold (counted only then).
+    pub async fn shape_for<R: Resource>(
+        &self,
+        connections: &ReadConnections,
+        request: &ListRequest<R::Kind>,
+    ) -> Result<SearchShape, sqlx::Error> {
+        let small = SearchShape::walkable(request)
+            && self.settings.below_rows > 0
+            && self.is_small(connections, R::NAME, request.workspace_id).await?;
+        Ok(SearchShape::choose(request, small))
+    }
+
     /// Whether `workspace_id` holds fewer active rows of `table` than the threshold.
-    pub async fn is_small(
+    async fn is_small(
         &self,
         connections: &ReadConnections,
         table: &'static str,
         workspace_id: Uuid,
     ) -> Result<bool, sqlx::Error> {
-        if self.settings.below_rows == 0 {
-            return Ok(false);
-        }
         let key = (table, workspace_id);
         if let Some((small, counted)) = self.known().get(&key) {
             if counted.elapsed() < self.settings.recount_after {

@@ -176,20 +176,9 @@ pub async fn list_page<R: Resource>(
     if request.after.is_none() && request.search.is_none() {
         first_page::<R>(state, &request).await?.body(&around)
     } else {
-        let shape = search_shape::<R>(state, &request).await?;
+        let shape = state.workspace_sizes.shape_for::<R>(&state.reads, &request).await?;
         let rows = fetch_page::<R>(&state.reads, &request, shape).await?;
         around.fresh::<R>(&rows, request.limit.get(), request.sort)
-    }
-}
-
-/// A walk for a walkable search in a small workspace, else a planned search.
-async fn search_shape<R: Resource>(state: &AppState, request: &ListRequest<R::Kind>) -> Result<SearchShape, ApiError> {
-    if SearchShape::walkable(request)
-        && state.workspace_sizes.is_small(&state.reads, R::NAME, request.workspace_id).await?
-    {
-        Ok(SearchShape::Walk)
-    } else {
-        Ok(SearchShape::Planned)
     }
 }
 

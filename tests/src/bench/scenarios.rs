@@ -29,7 +29,7 @@ pub struct Scenario {
     pub script: String,
     /// `-D name=value` for pgbench.
     pub defines: Vec<(String, String)>,
-    /// pgbench's `plan_cache_mode`: `auto`, or `force_custom_plan` for planned searches.
+    /// pgbench's `plan_cache_mode`, as the API's connection for the statement has it.
     pub plan_cache_mode: &'static str,
 }
 
@@ -158,10 +158,7 @@ fn listing<R: Resource>(
         requests,
         script: format!("\\set w random(1, {})\n{sql};\n", plan.small().len()),
         defines,
-        plan_cache_mode: match shape {
-            SearchShape::Planned if request.search.is_some() => "force_custom_plan",
-            _ => "auto",
-        },
+        plan_cache_mode: shape.plan_mode(request).setting(),
     })
 }
 
@@ -173,12 +170,7 @@ fn search_shape<K>(request: &ListRequest<K>, plan: &Plan) -> SearchShape {
     } else {
         plan.workspaces.iter().find(|workspace| workspace.id == request.workspace_id).map_or(u32::MAX, |w| w.contacts)
     };
-    let small = contacts < WalkSettings::default().below_rows;
-    if small && SearchShape::walkable(request) {
-        SearchShape::Walk
-    } else {
-        SearchShape::Planned
-    }
+    SearchShape::choose(request, contacts < WalkSettings::default().below_rows)
 }
 
 /// Retrieve by id. The API answers concurrent retrieves together, one statement per

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use lectern_api::db::connections::{PlanMode, ReadConnections};
 use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::Resource;
-use lectern_api::db::listing::{fetch_page, SearchShape};
+use lectern_api::db::listing::{fetch_page, Resource, SearchShape};
 use lectern_api::db::PoolSettings;
 use lectern_api::listing::{Limit, ListRequest, SearchText, SortKey};
 use lectern_tests::{ContactSeed, TestDatabase};
