@@ -1,11 +1,11 @@
 //! The `contacts` table as the API reads it.
 
-use chrono::{DateTime, Utc};
-use lectern_schema::{ContactRef, Timestamp};
+use lectern_schema::ContactRef;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::listing::Resource;
+use super::values::instant;
 use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
 
 query_enum! {
@@ -52,7 +52,7 @@ impl Resource for Contacts {
             tin: row.try_get_unchecked(5)?,
             is_customer: row.try_get_unchecked(6)?,
             is_supplier: row.try_get_unchecked(7)?,
-            created_at: Timestamp::from(row.try_get_unchecked::<DateTime<Utc>, _>(8)?),
+            created_at: instant(row, 8)?,
         })
     }
 }

@@ -1,14 +1,14 @@
 //! The `items` table as the API reads it.
 
-use chrono::{DateTime, Utc};
 use lectern_schema::events::ItemType;
 use lectern_schema::money::MoneyRef;
-use lectern_schema::{ItemRef, Timestamp};
+use lectern_schema::ItemRef;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
 use super::listing::Resource;
+use super::values::instant;
 use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
 
 query_enum! {
@@ -58,7 +58,7 @@ impl Resource for Items {
             unit: row.try_get_unchecked(5)?,
             sale_price: money(row, 6).map_err(|problem| unservable("salePrice", problem))?,
             purchase_price: money(row, 8).map_err(|problem| unservable("purchasePrice", problem))?,
-            created_at: Timestamp::from(row.try_get_unchecked::<DateTime<Utc>, _>(10)?),
+            created_at: instant(row, 10)?,
         })
     }
 }

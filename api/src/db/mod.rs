@@ -9,6 +9,7 @@ pub mod items;
 pub mod listing;
 pub mod lookups;
 pub mod notifications;
+pub mod values;
 pub mod workspace_sizes;
 
 use std::str::FromStr;

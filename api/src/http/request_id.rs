@@ -31,9 +31,11 @@ impl RequestId {
         well_formed.then(|| Self(value.to_owned()))
     }
 
-    /// A fresh id: 32 hex digits, which the pattern accepts.
+    /// A fresh id: 32 hex digits, which the pattern accepts. Drawn from the thread's
+    /// reseeding CSPRNG rather than `Uuid::new_v4`, which makes a `getrandom` system
+    /// call for every request.
     pub fn generate() -> Self {
-        Self(uuid::Uuid::new_v4().simple().to_string())
+        Self(format!("{:032x}", rand::random::<u128>()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -136,5 +138,14 @@ mod tests {
         let id = RequestId::generate();
         assert!(RequestId::from_client(id.as_str()).is_some());
         assert!(!id.as_str().contains('_'));
+    }
+
+    #[test]
+    fn generated_ids_are_32_hex_digits_and_distinct() {
+        let ids: std::collections::HashSet<String> = (0..10_000).map(|_| RequestId::generate().0).collect();
+        assert_eq!(ids.len(), 10_000);
+        // Leading zeros are kept: every id is the same length.
+        let malformed = ids.iter().find(|id| id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(malformed, None);
     }
 }

@@ -27,4 +27,5 @@ mod retrieve;
 mod roundtrips;
 mod search;
 mod statements;
+mod values;
 mod walks;
