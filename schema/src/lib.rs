@@ -11,6 +11,7 @@
 //! - [`events`]: change events, as upstream systems publish them.
 //! - [`item`]: the Item record.
 //! - [`money`]: exact decimal amounts with their currency.
+//! - [`json`]: the records' JSON, written by hand for the pages the API serves.
 //! - `ops` (feature `ops`): logging and database-error conventions of both binaries.
 
 #[cfg(test)]
@@ -18,6 +19,7 @@ mod arbitrary;
 pub mod contact;
 pub mod events;
 pub mod item;
+pub mod json;
 pub mod money;
 #[cfg(feature = "ops")]
 pub mod ops;

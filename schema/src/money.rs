@@ -5,6 +5,8 @@ use std::fmt;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::json::{write_object, WriteJson};
+
 /// Longest amount accepted, in characters; far beyond any real price, and small enough
 /// that PostgreSQL's `numeric` holds it exactly.
 const MAX_AMOUNT_LEN: usize = 40;
@@ -76,9 +78,9 @@ impl Currency {
     }
 }
 
-/// A [`Money`] that borrows its text, checked by the same rules; serialises exactly as
-/// [`Money`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// A [`Money`] that borrows its text, checked by the same rules; writes exactly the JSON
+/// of [`Money`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoneyRef<'a> {
     amount: &'a str,
     currency: &'a str,
@@ -89,6 +91,12 @@ impl<'a> MoneyRef<'a> {
         Amount::check(amount)?;
         Currency::check(currency)?;
         Ok(Self { amount, currency })
+    }
+}
+
+impl WriteJson for MoneyRef<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        write_object!(out, "amount" => self.amount, "currency" => self.currency);
     }
 }
 

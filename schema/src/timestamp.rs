@@ -109,6 +109,19 @@ impl Serialize for Timestamp {
     }
 }
 
+impl crate::json::WriteJson for Timestamp {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        match self.rendered() {
+            Some(bytes) => {
+                out.push(b'"');
+                out.extend_from_slice(&bytes);
+                out.push(b'"');
+            }
+            None => crate::json::write_str(out, &self.to_string()),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;

@@ -34,7 +34,7 @@ pub trait Resource {
     type Kind: KindFilter;
     /// One record as served, borrowing its text from the row it was read from: a page
     /// is written from the rows PostgreSQL sent, without a copy of each field.
-    type Record<'r>: Keyed + serde::Serialize;
+    type Record<'r>: Keyed + lectern_schema::json::WriteJson;
     /// Reads a row that starts with [`Resource::COLUMNS`].
     fn record(row: &PgRow) -> Result<Self::Record<'_>, sqlx::Error>;
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use lectern_schema::json::{write_str, WriteJson};
 use sqlx::postgres::PgRow;
 
 use crate::db::first_pages::PageKey;
@@ -99,7 +100,7 @@ impl BodyParts<'_> {
         body.extend_from_slice(b",\"page\":");
         write_json(&page, body)?;
         body.extend_from_slice(b",\"requestId\":");
-        write_json(self.request_id, body)?;
+        write_str(body, self.request_id.as_str());
         body.push(b'}');
         Ok(())
     }
@@ -123,7 +124,7 @@ fn write_records<R: Resource>(rows: &[PgRow], out: &mut Vec<u8>) -> Result<(), A
         if index > 0 {
             out.push(b',');
         }
-        write_json(&R::record(row)?, out)?;
+        R::record(row)?.write_json(out);
     }
     out.push(b']');
     Ok(())
@@ -132,14 +133,12 @@ fn write_records<R: Resource>(rows: &[PgRow], out: &mut Vec<u8>) -> Result<(), A
 /// `{"data":…,"requestId":…}`: the body of a retrieve, documented as the resource's
 /// envelope type.
 pub fn record_body<R: Resource>(row: &PgRow) -> Result<Vec<u8>, ApiError> {
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Envelope<'a, T> {
-        data: T,
-        request_id: &'a RequestId,
-    }
     let mut body = Vec::with_capacity(RECORD_BYTES + ENVELOPE_BYTES);
-    write_json(&Envelope { data: R::record(row)?, request_id: &RequestId::current() }, &mut body)?;
+    body.extend_from_slice(b"{\"data\":");
+    R::record(row)?.write_json(&mut body);
+    body.extend_from_slice(b",\"requestId\":");
+    write_str(&mut body, RequestId::current().as_str());
+    body.push(b'}');
     Ok(body)
 }
 
