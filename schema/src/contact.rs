@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::json::{write_object, WriteJson};
+use std::str::Utf8Error;
+
+use crate::json::{write_object, Text, WriteJson};
 use crate::Timestamp;
 
 /// One active contact, as served by `listContacts` and `getContact`.
@@ -46,18 +48,18 @@ pub struct Contact {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ContactRef<'a> {
     pub id: Uuid,
-    pub name: &'a str,
-    pub email: Option<&'a str>,
-    pub phone: Option<&'a str>,
-    pub address: Option<&'a str>,
-    pub tin: Option<&'a str>,
+    pub name: Text<'a>,
+    pub email: Option<Text<'a>>,
+    pub phone: Option<Text<'a>>,
+    pub address: Option<Text<'a>>,
+    pub tin: Option<Text<'a>>,
     pub is_customer: bool,
     pub is_supplier: bool,
     pub created_at: Timestamp,
 }
 
 impl WriteJson for ContactRef<'_> {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error> {
         write_object!(out,
             "id" => self.id,
             "name" => self.name,
@@ -68,7 +70,7 @@ impl WriteJson for ContactRef<'_> {
             "isCustomer" => self.is_customer,
             "isSupplier" => self.is_supplier,
             "createdAt" => self.created_at,
-        );
+        )
     }
 }
 
@@ -77,11 +79,11 @@ impl Contact {
     pub fn borrowed(&self) -> ContactRef<'_> {
         ContactRef {
             id: self.id,
-            name: &self.name,
-            email: self.email.as_deref(),
-            phone: self.phone.as_deref(),
-            address: self.address.as_deref(),
-            tin: self.tin.as_deref(),
+            name: Text::from(self.name.as_str()),
+            email: self.email.as_deref().map(Text::from),
+            phone: self.phone.as_deref().map(Text::from),
+            address: self.address.as_deref().map(Text::from),
+            tin: self.tin.as_deref().map(Text::from),
             is_customer: self.is_customer,
             is_supplier: self.is_supplier,
             created_at: self.created_at,
@@ -123,7 +125,7 @@ mod tests {
         #[test]
         fn a_borrowed_contact_is_written_byte_for_byte_as_the_documented_contact(contact in contact()) {
             let mut written = Vec::new();
-            contact.borrowed().write_json(&mut written);
+            contact.borrowed().write_json(&mut written).unwrap();
             prop_assert_eq!(written, serde_json::to_vec(&contact).unwrap());
         }
     }

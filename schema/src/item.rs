@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::events::ItemType;
-use crate::json::{write_object, WriteJson};
+use std::str::Utf8Error;
+
+use crate::json::{write_object, Text, WriteJson};
 use crate::money::{Money, MoneyRef};
 use crate::Timestamp;
 
@@ -50,18 +52,18 @@ pub struct Item {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ItemRef<'a> {
     pub id: Uuid,
-    pub name: &'a str,
-    pub sku: Option<&'a str>,
-    pub description: Option<&'a str>,
+    pub name: Text<'a>,
+    pub sku: Option<Text<'a>>,
+    pub description: Option<Text<'a>>,
     pub kind: ItemType,
-    pub unit: Option<&'a str>,
+    pub unit: Option<Text<'a>>,
     pub sale_price: Option<MoneyRef<'a>>,
     pub purchase_price: Option<MoneyRef<'a>>,
     pub created_at: Timestamp,
 }
 
 impl WriteJson for ItemRef<'_> {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error> {
         write_object!(out,
             "id" => self.id,
             "name" => self.name,
@@ -72,7 +74,7 @@ impl WriteJson for ItemRef<'_> {
             "salePrice" => self.sale_price,
             "purchasePrice" => self.purchase_price,
             "createdAt" => self.created_at,
-        );
+        )
     }
 }
 
@@ -81,11 +83,11 @@ impl Item {
     pub fn borrowed(&self) -> ItemRef<'_> {
         ItemRef {
             id: self.id,
-            name: &self.name,
-            sku: self.sku.as_deref(),
-            description: self.description.as_deref(),
+            name: Text::from(self.name.as_str()),
+            sku: self.sku.as_deref().map(Text::from),
+            description: self.description.as_deref().map(Text::from),
             kind: self.kind,
-            unit: self.unit.as_deref(),
+            unit: self.unit.as_deref().map(Text::from),
             sale_price: self.sale_price.as_ref().map(Money::borrowed),
             purchase_price: self.purchase_price.as_ref().map(Money::borrowed),
             created_at: self.created_at,
@@ -137,7 +139,7 @@ mod tests {
         #[test]
         fn a_borrowed_item_is_written_byte_for_byte_as_the_documented_item(item in item()) {
             let mut written = Vec::new();
-            item.borrowed().write_json(&mut written);
+            item.borrowed().write_json(&mut written).unwrap();
             prop_assert_eq!(written, serde_json::to_vec(&item).unwrap());
         }
     }

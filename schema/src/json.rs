@@ -10,6 +10,9 @@
 //! in `contact`, `item` and below): the same escapes, `null` for an absent value, and
 //! the fields in the documented order.
 
+use std::fmt;
+use std::str::Utf8Error;
+
 use uuid::Uuid;
 
 /// `{"key":value,…}` for a record: each key with its punctuation is one constant.
@@ -17,53 +20,100 @@ macro_rules! write_object {
     ($out:expr, $first_key:literal => $first:expr $(, $key:literal => $value:expr)* $(,)?) => {{
         let out: &mut Vec<u8> = $out;
         out.extend_from_slice(concat!("{\"", $first_key, "\":").as_bytes());
-        $crate::json::WriteJson::write_json(&$first, out);
+        $crate::json::WriteJson::write_json(&$first, out)?;
         $(
             out.extend_from_slice(concat!(",\"", $key, "\":").as_bytes());
-            $crate::json::WriteJson::write_json(&$value, out);
+            $crate::json::WriteJson::write_json(&$value, out)?;
         )*
         out.push(b'}');
+        Ok(())
     }};
 }
 pub(crate) use write_object;
 
-/// A value that writes its own JSON.
+/// A value that writes its own JSON. Only [`Text`] can fail: when its bytes turn out
+/// not to be UTF-8, nothing of it is written.
 pub trait WriteJson {
-    fn write_json(&self, out: &mut Vec<u8>);
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error>;
 }
 
-impl WriteJson for str {
-    fn write_json(&self, out: &mut Vec<u8>) {
-        write_str(out, self);
+/// Text as its source sent it, checked to be UTF-8 only when it is written or read.
+///
+/// PostgreSQL sends text in the database's encoding (UTF-8 for Lectern's), and sqlx
+/// checked every field of every row to make it a `&str`: a tenth of a deep page's
+/// instructions, mostly per-call overhead on short fields. Writing it scans every byte
+/// anyway, so text that is all ASCII is known valid without a second pass.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Text<'a>(&'a [u8]);
+
+impl<'a> Text<'a> {
+    /// Bytes expected to be UTF-8; checked when used.
+    pub fn from_bytes(bytes: &'a [u8]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn as_str(&self) -> Result<&'a str, Utf8Error> {
+        std::str::from_utf8(self.0)
+    }
+}
+
+impl<'a> From<&'a str> for Text<'a> {
+    fn from(text: &'a str) -> Self {
+        Self(text.as_bytes())
+    }
+}
+
+impl fmt::Debug for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&String::from_utf8_lossy(self.0), f)
+    }
+}
+
+impl WriteJson for Text<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error> {
+        let start = out.len();
+        if write_escaped(out, self.0) {
+            if let Err(error) = std::str::from_utf8(self.0) {
+                out.truncate(start);
+                return Err(error);
+            }
+        }
+        Ok(())
     }
 }
 
 impl WriteJson for &str {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error> {
         write_str(out, self);
+        Ok(())
     }
 }
 
 impl WriteJson for bool {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error> {
         out.extend_from_slice(if *self { b"true" } else { b"false" });
+        Ok(())
     }
 }
 
 impl WriteJson for Uuid {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error> {
         let mut buffer = Uuid::encode_buffer();
         out.push(b'"');
         out.extend_from_slice(self.hyphenated().encode_lower(&mut buffer).as_bytes());
         out.push(b'"');
+        Ok(())
     }
 }
 
 impl<T: WriteJson> WriteJson for Option<T> {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), Utf8Error> {
         match self {
             Some(value) => value.write_json(out),
-            None => out.extend_from_slice(b"null"),
+            None => {
+                out.extend_from_slice(b"null");
+                Ok(())
+            }
         }
     }
 }
@@ -72,7 +122,13 @@ impl<T: WriteJson> WriteJson for Option<T> {
 /// backslash, the control characters with their short escape or `\u00XX`, everything
 /// else (U+2028 included) as it is.
 pub fn write_str(out: &mut Vec<u8>, text: &str) {
-    let bytes = text.as_bytes();
+    write_escaped(out, text.as_bytes());
+}
+
+/// [`write_str`] for bytes; says whether any byte was outside ASCII (only then can
+/// they be anything but UTF-8).
+fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
+    let mut beyond_ascii = 0_u64;
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let (mut clean_from, mut at) = (0, 0);
@@ -82,11 +138,15 @@ pub fn write_str(out: &mut Vec<u8>, text: &str) {
         // clean only sends the rest down the byte-at-a-time path.
         let word_from = if at + 8 <= bytes.len() { Some(at) } else { bytes.len().checked_sub(8) };
         let word = word_from.and_then(|from| bytes.get(from..from + 8)).and_then(|word| <[u8; 8]>::try_from(word).ok());
-        if word.is_some_and(|word| !needs_escape(u64::from_le_bytes(word))) {
-            at = (at + 8).min(bytes.len());
-            continue;
+        if let Some(word) = word.map(u64::from_le_bytes) {
+            beyond_ascii |= word;
+            if !needs_escape(word) {
+                at = (at + 8).min(bytes.len());
+                continue;
+            }
         }
         let byte = bytes[at];
+        beyond_ascii |= u64::from(byte);
         if let Some(escape) = escape(byte) {
             out.extend_from_slice(&bytes[clean_from..at]);
             out.extend_from_slice(escape.as_bytes());
@@ -101,15 +161,16 @@ pub fn write_str(out: &mut Vec<u8>, text: &str) {
     }
     out.extend_from_slice(&bytes[clean_from..]);
     out.push(b'"');
+    beyond_ascii & HIGHS != 0
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 /// Whether any of the eight bytes is below 0x20, `"` or `\`. Bytes of multi-byte
 /// UTF-8 sequences (0x80 and above) never match.
 fn needs_escape(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     // A byte below n (n ≤ 0x80) sets its high bit in `(w - n·ONES) & !w & HIGHS`; a
     // zero byte of `w ^ c·ONES` is a byte equal to c.
     let below = |word: u64, n: u64| word.wrapping_sub(n * ONES) & !word & HIGHS != 0;
@@ -137,10 +198,23 @@ mod tests {
     use super::*;
     use crate::arbitrary::text;
 
+    /// Written both ways: as a `str`, and as bytes through [`Text`].
     fn written(text: &str) -> Vec<u8> {
-        let mut out = Vec::new();
-        write_str(&mut out, text);
-        out
+        let (mut as_str, mut as_text) = (Vec::new(), Vec::new());
+        write_str(&mut as_str, text);
+        Text::from_bytes(text.as_bytes()).write_json(&mut as_text).unwrap();
+        assert_eq!(as_str, as_text);
+        as_str
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_refused_and_nothing_of_it_is_written() {
+        for bytes in [&b"caf\xe9"[..], b"\xff", b"12345678\xc3(", b"ok \xed\xa0\x80 surrogate", b"\xf4\x90\x80\x80"] {
+            let mut out = b"[".to_vec();
+            assert!(Text::from_bytes(bytes).write_json(&mut out).is_err(), "{bytes:?}");
+            assert_eq!(out, b"[");
+            assert!(Text::from_bytes(bytes).as_str().is_err());
+        }
     }
 
     #[test]
@@ -167,9 +241,9 @@ mod tests {
         ) {
             let (id, text) = (Uuid::from_u128(id), present.then_some("x"));
             let mut out = Vec::new();
-            id.write_json(&mut out);
-            flag.write_json(&mut out);
-            text.write_json(&mut out);
+            id.write_json(&mut out).unwrap();
+            flag.write_json(&mut out).unwrap();
+            text.write_json(&mut out).unwrap();
             let mut expected = serde_json::to_vec(&id).unwrap();
             expected.extend(serde_json::to_vec(&flag).unwrap());
             expected.extend(serde_json::to_vec(&text).unwrap());

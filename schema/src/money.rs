@@ -95,8 +95,8 @@ impl<'a> MoneyRef<'a> {
 }
 
 impl WriteJson for MoneyRef<'_> {
-    fn write_json(&self, out: &mut Vec<u8>) {
-        write_object!(out, "amount" => self.amount, "currency" => self.currency);
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), std::str::Utf8Error> {
+        write_object!(out, "amount" => self.amount, "currency" => self.currency)
     }
 }
 

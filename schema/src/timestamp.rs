@@ -110,7 +110,7 @@ impl Serialize for Timestamp {
 }
 
 impl crate::json::WriteJson for Timestamp {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), std::str::Utf8Error> {
         match self.rendered() {
             Some(bytes) => {
                 out.push(b'"');
@@ -119,6 +119,7 @@ impl crate::json::WriteJson for Timestamp {
             }
             None => crate::json::write_str(out, &self.to_string()),
         }
+        Ok(())
     }
 }
 

@@ -1,11 +1,13 @@
 //! The `contacts` table as the API reads it.
 
+use std::str::Utf8Error;
+
 use lectern_schema::ContactRef;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::listing::Resource;
-use super::values::instant;
+use super::values::{instant, optional_text, text};
 use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
 
 query_enum! {
@@ -45,11 +47,11 @@ impl Resource for Contacts {
         // by name and checking its type was a tenth of a page's CPU.
         Ok(ContactRef {
             id: row.try_get_unchecked(0)?,
-            name: row.try_get_unchecked(1)?,
-            email: row.try_get_unchecked(2)?,
-            phone: row.try_get_unchecked(3)?,
-            address: row.try_get_unchecked(4)?,
-            tin: row.try_get_unchecked(5)?,
+            name: text(row, 1)?,
+            email: optional_text(row, 2)?,
+            phone: optional_text(row, 3)?,
+            address: optional_text(row, 4)?,
+            tin: optional_text(row, 5)?,
             is_customer: row.try_get_unchecked(6)?,
             is_supplier: row.try_get_unchecked(7)?,
             created_at: instant(row, 8)?,
@@ -58,7 +60,7 @@ impl Resource for Contacts {
 }
 
 impl Keyed for ContactRef<'_> {
-    fn position(&self, sort: SortKey) -> Position {
-        Position::of(sort, self.created_at.as_datetime(), self.name, self.id)
+    fn position(&self, sort: SortKey) -> Result<Position, Utf8Error> {
+        Ok(Position::of(sort, self.created_at.as_datetime(), self.name.as_str()?, self.id))
     }
 }

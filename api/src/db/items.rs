@@ -1,5 +1,7 @@
 //! The `items` table as the API reads it.
 
+use std::str::Utf8Error;
+
 use lectern_schema::events::ItemType;
 use lectern_schema::money::MoneyRef;
 use lectern_schema::ItemRef;
@@ -8,7 +10,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::listing::Resource;
-use super::values::instant;
+use super::values::{instant, optional_text, text};
 use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
 
 query_enum! {
@@ -51,11 +53,11 @@ impl Resource for Items {
         let kind: &str = row.try_get_unchecked(4)?;
         Ok(ItemRef {
             id,
-            name: row.try_get_unchecked(1)?,
-            sku: row.try_get_unchecked(2)?,
-            description: row.try_get_unchecked(3)?,
+            name: text(row, 1)?,
+            sku: optional_text(row, 2)?,
+            description: optional_text(row, 3)?,
             kind: ItemType::parse(kind).ok_or_else(|| unservable("type", kind.to_owned()))?,
-            unit: row.try_get_unchecked(5)?,
+            unit: optional_text(row, 5)?,
             sale_price: money(row, 6).map_err(|problem| unservable("salePrice", problem))?,
             purchase_price: money(row, 8).map_err(|problem| unservable("purchasePrice", problem))?,
             created_at: instant(row, 10)?,
@@ -64,8 +66,8 @@ impl Resource for Items {
 }
 
 impl Keyed for ItemRef<'_> {
-    fn position(&self, sort: SortKey) -> Position {
-        Position::of(sort, self.created_at.as_datetime(), self.name, self.id)
+    fn position(&self, sort: SortKey) -> Result<Position, Utf8Error> {
+        Ok(Position::of(sort, self.created_at.as_datetime(), self.name.as_str()?, self.id))
     }
 }
 

@@ -2,6 +2,7 @@
 //! work a page repeats for every record.
 
 use chrono::DateTime;
+use lectern_schema::json::Text;
 use lectern_schema::Timestamp;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -28,4 +29,14 @@ pub fn instant(row: &PgRow, index: usize) -> Result<Timestamp, sqlx::Error> {
         .and_then(DateTime::from_timestamp_micros)
         .map(Timestamp::from)
         .ok_or_else(|| sqlx::Error::ColumnDecode { index: index.to_string(), source: Box::new(OutOfRange(micros)) })
+}
+
+/// The text at `index`, its UTF-8 checked only when it is written (see [`Text`]).
+pub fn text(row: &PgRow, index: usize) -> Result<Text<'_>, sqlx::Error> {
+    row.try_get_unchecked::<&[u8], _>(index).map(Text::from_bytes)
+}
+
+/// [`text`] of a nullable column.
+pub fn optional_text(row: &PgRow, index: usize) -> Result<Option<Text<'_>>, sqlx::Error> {
+    Ok(row.try_get_unchecked::<Option<&[u8]>, _>(index)?.map(Text::from_bytes))
 }

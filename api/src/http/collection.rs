@@ -111,7 +111,7 @@ impl BodyParts<'_> {
 fn cut<R: Resource>(rows: &[PgRow], limit: usize, sort: SortKey) -> Result<(&[PgRow], Option<Position>), ApiError> {
     let page = &rows[..rows.len().min(limit)];
     let next = match page.last() {
-        Some(last) if rows.len() > limit => Some(R::record(last)?.position(sort)),
+        Some(last) if rows.len() > limit => Some(R::record(last)?.position(sort).map_err(unservable)?),
         _ => None,
     };
     Ok((page, next))
@@ -124,10 +124,16 @@ fn write_records<R: Resource>(rows: &[PgRow], out: &mut Vec<u8>) -> Result<(), A
         if index > 0 {
             out.push(b',');
         }
-        R::record(row)?.write_json(out);
+        R::record(row)?.write_json(out).map_err(unservable)?;
     }
     out.push(b']');
     Ok(())
+}
+
+/// Text PostgreSQL sent that is not UTF-8: only a database in another encoding than
+/// Lectern's migrations expect could hold it.
+fn unservable(error: std::str::Utf8Error) -> ApiError {
+    ApiError::Internal(Box::new(error))
 }
 
 /// `{"data":…,"requestId":…}`: the body of a retrieve, documented as the resource's
@@ -135,7 +141,7 @@ fn write_records<R: Resource>(rows: &[PgRow], out: &mut Vec<u8>) -> Result<(), A
 pub fn record_body<R: Resource>(row: &PgRow) -> Result<Vec<u8>, ApiError> {
     let mut body = Vec::with_capacity(RECORD_BYTES + ENVELOPE_BYTES);
     body.extend_from_slice(b"{\"data\":");
-    R::record(row)?.write_json(&mut body);
+    R::record(row)?.write_json(&mut body).map_err(unservable)?;
     body.extend_from_slice(b",\"requestId\":");
     write_str(&mut body, RequestId::current().as_str());
     body.push(b'}');

@@ -33,7 +33,8 @@ impl Position {
 
 /// A record that can say where it stands in either order.
 pub trait Keyed {
-    fn position(&self, sort: SortKey) -> Position;
+    /// Fails only when the name a position by name holds is not UTF-8.
+    fn position(&self, sort: SortKey) -> Result<Position, std::str::Utf8Error>;
 }
 
 /// A resource's type filter (`type=`): its name in cursors and its SQL condition.

@@ -58,7 +58,7 @@ async fn prepared_statements(connections: &ReadConnections, mode: PlanMode) -> V
 }
 
 fn names(rows: &[PgRow]) -> Vec<&str> {
-    rows.iter().map(|row| Contacts::record(row).expect("a contact row").name).collect()
+    rows.iter().map(|row| Contacts::record(row).expect("a contact row").name.as_str().expect("UTF-8")).collect()
 }
 
 #[tokio::test]

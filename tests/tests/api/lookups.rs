@@ -152,7 +152,9 @@ async fn a_retrieve_queued_behind_a_stalled_batch_gets_a_statement_of_its_own() 
     sqlx::raw_sql("rollback").execute(&mut { locker }).await.expect("release the lock");
     for lookup in [stuck, queued] {
         let row = lookup.await.expect("lookup task");
-        let name = row.as_deref().map(|row| Contacts::record(row).expect("a contact row").name.to_owned());
+        let name = row
+            .as_deref()
+            .map(|row| Contacts::record(row).expect("a contact row").name.as_str().expect("UTF-8").to_owned());
         assert_eq!(name, Some("Acme".to_owned()));
     }
 }

@@ -48,7 +48,8 @@ async fn found(connections: &ReadConnections, mut request: ListRequest<ContactTy
         ids.extend(page.iter().map(|row| Contacts::record(row).expect("a contact").id));
         match page.last() {
             Some(last) if rows.len() > 2 => {
-                request.after = Some(Contacts::record(last).expect("a contact").position(SortKey::CreatedAt));
+                request.after =
+                    Some(Contacts::record(last).expect("a contact").position(SortKey::CreatedAt).expect("a position"));
             }
             _ => return ids,
         }
