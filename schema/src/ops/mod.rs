@@ -2,6 +2,7 @@
 //! the log format switch, which database failures are worth retrying, the operations
 //! listener (metrics, health, readiness) and the `healthcheck` probe.
 
+pub mod json_log;
 pub mod probe;
 pub mod server;
 
@@ -20,7 +21,7 @@ pub fn init_logging(default_filter: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
     // A second initialisation (tests building several apps) keeps the first one.
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let _ = if json { builder.json().event_format(json_log::JsonLines::new()).try_init() } else { builder.try_init() };
 }
 
 /// Failures that mean "PostgreSQL cannot do this now" (retry, or answer 503) rather
