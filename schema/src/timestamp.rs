@@ -72,13 +72,7 @@ impl Timestamp {
             return None;
         }
         let mut out = *b"0000-00-00T00:00:00.000Z";
-        let mut put = |at: usize, width: usize, mut value: u32| {
-            for slot in out[at..at + width].iter_mut().rev() {
-                // A digit: `value % 10` is below 10.
-                *slot = b'0' + (value % 10) as u8;
-                value /= 10;
-            }
-        };
+        let mut put = |at: usize, width: usize, value: u32| put_digits(&mut out[at..at + width], value);
         put(0, 4, year);
         put(5, 2, date.month());
         put(8, 2, date.day());
@@ -88,6 +82,16 @@ impl Timestamp {
         // Cut, not rounded, as chrono's `SecondsFormat::Millis` does.
         put(20, 3, time.nanosecond() / 1_000_000);
         Some(out)
+    }
+}
+
+/// `value`'s last `slots.len()` decimal digits, zero-padded, into `slots`: the
+/// timestamps of records and of log lines are written this way, without a formatter.
+pub(crate) fn put_digits(slots: &mut [u8], mut value: u32) {
+    for slot in slots.iter_mut().rev() {
+        // A digit: `value % 10` is below 10.
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
     }
 }
 

@@ -94,14 +94,9 @@ fn write_now(line: &mut Vec<u8>) {
 /// `value`'s last `width` decimal digits (at most ten), zero-padded.
 fn push_digits(line: &mut Vec<u8>, value: u32, width: usize) {
     let mut buffer = [b'0'; 10];
-    let width = width.min(buffer.len());
-    let mut rest = value;
-    for slot in buffer[..width].iter_mut().rev() {
-        // A digit: `rest % 10` is below 10.
-        *slot = b'0' + (rest % 10) as u8;
-        rest /= 10;
-    }
-    line.extend_from_slice(&buffer[..width]);
+    let digits = &mut buffer[..width.min(10)];
+    crate::timestamp::put_digits(digits, value);
+    line.extend_from_slice(digits);
 }
 
 /// Writes an event's fields as tracing-serde's `SerdeMapVisitor` does: strings and
