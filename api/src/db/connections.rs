@@ -10,7 +10,7 @@
 //! and closed if that fails.
 //!
 //! Each connection runs in one of two plan modes. Page statements are prepared once
-//! per connection and keep PostgreSQL's generic plan (the keyset range scan). Search
+//! per connection and always take PostgreSQL's generic plan (the keyset range scan). Search
 //! statements are prepared too, so that a search is one round trip rather than a
 //! `Parse`/`Describe` exchange before it, but on connections that plan every execution
 //! for its actual pattern and workspace (`plan_cache_mode = force_custom_plan`):
@@ -29,7 +29,11 @@ use super::PoolSettings;
 /// How a connection plans its prepared statements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanMode {
-    /// Generic plans once PostgreSQL finds them no worse (its default).
+    /// The generic plan, made once per connection and statement. Left to choose
+    /// (`auto`, its default), PostgreSQL compares the generic plan's estimate with the
+    /// custom plans' and, for a keyset page in a large workspace, found the custom ones
+    /// cheaper and planned every execution again: half of PostgreSQL's CPU for a deep
+    /// page went to planning a plan it already had.
     Generic,
     /// A fresh plan for every execution, for the values it runs with.
     PerExecution,
@@ -39,7 +43,7 @@ impl PlanMode {
     /// The session's `plan_cache_mode` in this mode.
     pub fn setting(self) -> &'static str {
         match self {
-            Self::Generic => "auto",
+            Self::Generic => "force_generic_plan",
             Self::PerExecution => "force_custom_plan",
         }
     }

@@ -19,7 +19,7 @@ use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
-use connections::ReadConnections;
+use connections::{PlanMode, ReadConnections};
 
 /// The schema, from the workspace's `migrations/` (the only place it is defined).
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
@@ -37,7 +37,9 @@ pub struct PoolSettings {
 /// Opens a pool without connecting yet: the API starts (and answers 503) even while
 /// PostgreSQL is down, and recovers by itself when it comes back.
 pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Error> {
-    let options = connect_options(url, settings)?;
+    // Key lookups and retrieves: one plan fits every execution, and PostgreSQL left to
+    // choose plans the retrieve statement again each time (see `PlanMode::Generic`).
+    let options = connect_options(url, settings)?.options([("plan_cache_mode", PlanMode::Generic.setting())]);
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)

@@ -5,11 +5,13 @@
 //! pgbench cannot draw a random UUID, so a random workspace becomes a scalar subquery
 //! on a small lookup table where the API binds a parameter (an InitPlan of one index
 //! probe); a fixed workspace is bound exactly as the API binds it. Every scenario runs
-//! `-M prepared`, as the API prepares every statement; planned searches in sessions
-//! that plan each execution for its pattern (`plan_cache_mode = force_custom_plan`),
-//! like the API's search connections, and a search in a small workspace as the walk
-//! the API sends there (`SearchShape::Walk`, the default plan mode).
+//! `-M prepared`, as the API prepares every statement, and with the `plan_cache_mode`
+//! of the API's connection for it: planned searches plan each execution for its
+//! pattern (`force_custom_plan`); listings, retrieves and the walk the API sends for a
+//! search in a small workspace (`SearchShape::Walk`) keep one generic plan
+//! (`force_generic_plan`).
 
+use lectern_api::db::connections::PlanMode;
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::items::{ItemKind, Items};
 use lectern_api::db::listing::{list_sql, Resource, SearchShape};
@@ -196,7 +198,8 @@ fn retrieve(inputs: &Inputs<'_>) -> Result<Scenario> {
         requests,
         script: format!("\\set c random(1, {})\n{sql};\n", inputs.sample.len()),
         defines: Vec::new(),
-        plan_cache_mode: "auto",
+        // As the API's pool for key lookups and retrieves (`lectern_api::db::lazy_pool`).
+        plan_cache_mode: PlanMode::Generic.setting(),
     })
 }
 

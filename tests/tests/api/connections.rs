@@ -86,8 +86,7 @@ async fn listings_reuse_one_prepared_statement_under_its_generic_plan_and_search
     let search_statement = statements.iter().find(|(sql, ..)| sql.contains("like")).expect("the search statement");
     assert_eq!(statements.len(), 2, "one statement per shape, prepared once: {statements:?}");
     let (_, generic, custom) = listing_statement;
-    assert_eq!(generic + custom, 10, "{listing_statement:?}");
-    assert!(*generic >= 5, "a listing keeps the generic plan once PostgreSQL finds it no worse: {listing_statement:?}");
+    assert_eq!((*generic, *custom), (10, 0), "a listing always takes the generic plan: {listing_statement:?}");
     assert_eq!(search_statement.1, 0, "a search is never given a generic plan: {search_statement:?}");
     assert_eq!(search_statement.2, 10, "every search execution is planned for its pattern: {search_statement:?}");
 }
@@ -107,7 +106,7 @@ async fn a_full_set_switches_an_idle_connection_to_the_mode_a_statement_needs() 
     // One connection only: every borrow after the first takes it, whatever mode it is in.
     for mode in [PlanMode::PerExecution, PlanMode::Generic, PlanMode::Generic, PlanMode::PerExecution] {
         let expected = match mode {
-            PlanMode::Generic => "auto",
+            PlanMode::Generic => "force_generic_plan",
             PlanMode::PerExecution => "force_custom_plan",
         };
         assert_eq!(plan_cache_mode(&connections, mode).await, expected, "a statement borrowed for {mode:?}");

@@ -20,6 +20,7 @@ mod openapi;
 mod operations;
 mod outage;
 mod params;
+mod plan_cache;
 mod plans;
 mod rate_limits;
 mod resources;
