@@ -47,6 +47,11 @@ impl PlanMode {
             Self::PerExecution => "force_custom_plan",
         }
     }
+
+    /// `options` for connections that start in this mode.
+    pub fn connect_options(self, options: &PgConnectOptions) -> PgConnectOptions {
+        options.clone().options([("plan_cache_mode", self.setting())])
+    }
 }
 
 /// Connections are replaced after this long, as sqlx's pool does by default: a
@@ -97,11 +102,10 @@ impl ReadConnections {
     /// the first request after it is back.
     pub fn new(options: PgConnectOptions, settings: &PoolSettings) -> Self {
         let max_connections = usize::try_from(settings.max_connections.max(1)).unwrap_or(usize::MAX);
-        let in_mode = |mode: PlanMode| options.clone().options([("plan_cache_mode", mode.setting())]);
         let connections = Self {
             shared: Arc::new(Shared {
-                generic: in_mode(PlanMode::Generic),
-                per_execution: in_mode(PlanMode::PerExecution),
+                generic: PlanMode::Generic.connect_options(&options),
+                per_execution: PlanMode::PerExecution.connect_options(&options),
                 permits: Arc::new(Semaphore::new(max_connections)),
                 max_connections,
                 acquire_timeout: settings.acquire_timeout,

@@ -39,7 +39,7 @@ pub struct PoolSettings {
 pub fn lazy_pool(url: &str, settings: &PoolSettings) -> Result<PgPool, sqlx::Error> {
     // Key lookups and retrieves: one plan fits every execution, and PostgreSQL left to
     // choose plans the retrieve statement again each time (see `PlanMode::Generic`).
-    let options = connect_options(url, settings)?.options([("plan_cache_mode", PlanMode::Generic.setting())]);
+    let options = PlanMode::Generic.connect_options(&connect_options(url, settings)?);
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)

@@ -18,13 +18,17 @@ use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
 /// A set of `max_connections` on the test database, as the API opens it.
-fn read_connections(db: &TestDatabase, max_connections: u32) -> ReadConnections {
-    let settings = PoolSettings {
+/// The API's settings with a set (and pool) of `max_connections`.
+pub(crate) fn settings(max_connections: u32) -> PoolSettings {
+    PoolSettings {
         max_connections,
         acquire_timeout: Duration::from_secs(10),
         statement_timeout: Duration::from_secs(30),
-    };
-    lectern_api::db::read_connections(&db.url, &settings).expect("connect options")
+    }
+}
+
+pub(crate) fn read_connections(db: &TestDatabase, max_connections: u32) -> ReadConnections {
+    lectern_api::db::read_connections(&db.url, &settings(max_connections)).expect("connect options")
 }
 
 fn listing(workspace_id: Uuid, search: Option<&str>) -> ListRequest<ContactType> {

@@ -3,45 +3,18 @@
 //! large workspace, and every retrieve, again at each execution: the custom plans'
 //! estimates came out cheaper than the generic one, though the plan was the same.
 
-use std::time::Duration;
-
-use lectern_api::db::connections::{PlanMode, ReadConnections};
+use lectern_api::db::connections::PlanMode;
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::listing::{fetch_page, Resource, SearchShape};
 use lectern_api::db::lookups::Lookups;
-use lectern_api::db::PoolSettings;
 use lectern_api::listing::{Keyed, Limit, ListRequest, SortKey};
 use lectern_tests::TestDatabase;
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
+use sqlx::Row;
 use uuid::Uuid;
 
-fn settings() -> PoolSettings {
-    // One connection, so every statement below runs on the session that is asked.
-    PoolSettings {
-        max_connections: 1,
-        acquire_timeout: Duration::from_secs(10),
-        statement_timeout: Duration::from_secs(30),
-    }
-}
-
-/// A workspace of 20,000 contacts, with fresh statistics: large enough that the
-/// planner's estimates for a page deep inside it favour a custom plan.
-async fn large_workspace(pool: &PgPool) -> Uuid {
-    let workspace = Uuid::new_v4();
-    sqlx::query(
-        "insert into contacts (workspace_id, id, version, status, name, email, is_customer, is_supplier, created_at)
-         select $1, gen_random_uuid(), 1, 'active', 'Company ' || md5(g::text), 'contact' || g || '@example.com',
-                g % 2 = 0, g % 3 = 0, timestamptz '2020-01-01' + g * interval '1 second'
-         from generate_series(1, 20000) g",
-    )
-    .bind(workspace)
-    .execute(pool)
-    .await
-    .expect("seed");
-    sqlx::query("analyze contacts").execute(pool).await.expect("analyze");
-    workspace
-}
+use crate::connections::{read_connections, settings};
+use crate::plans::seed_volume;
 
 /// (generic, custom) plans so far, from rows of [`PREPARED`].
 fn plans_of(rows: &[PgRow]) -> Vec<(i64, i64)> {
@@ -55,8 +28,9 @@ const PREPARED: &str = "select generic_plans, custom_plans from pg_prepared_stat
 #[tokio::test]
 async fn keyset_pages_deep_in_a_large_workspace_are_planned_once_per_connection() {
     let db = TestDatabase::create().await;
-    let workspace = large_workspace(&db.pool).await;
-    let connections: ReadConnections = lectern_api::db::read_connections(&db.url, &settings()).expect("options");
+    let (workspace, _) = seed_volume(&db.pool).await;
+    // One connection, so every statement below runs on the session that is asked.
+    let connections = read_connections(&db, 1);
     let mut request = ListRequest {
         workspace_id: workspace,
         search: None,
@@ -80,14 +54,14 @@ async fn keyset_pages_deep_in_a_large_workspace_are_planned_once_per_connection(
 #[tokio::test]
 async fn retrieves_are_planned_once_per_connection() {
     let db = TestDatabase::create().await;
-    let workspace = large_workspace(&db.pool).await;
+    let (workspace, _) = seed_volume(&db.pool).await;
     let ids: Vec<Uuid> =
         sqlx::query_scalar("select id from contacts where workspace_id = $1 order by created_at limit 8")
             .bind(workspace)
             .fetch_all(&db.pool)
             .await
             .expect("ids");
-    let pool = lectern_api::db::lazy_pool(&db.url, &settings()).expect("options");
+    let pool = lectern_api::db::lazy_pool(&db.url, &settings(1)).expect("options");
     let lookups = Lookups::<Contacts>::new(pool.clone());
     for id in &ids {
         let found = lookups.find(workspace, *id).await.expect("lookup");

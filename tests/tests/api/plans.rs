@@ -14,7 +14,7 @@ use sqlx::{Execute, PgPool};
 use uuid::Uuid;
 
 /// Fills one large and one small workspace, then refreshes statistics.
-async fn seed_volume(pool: &PgPool) -> (Uuid, Uuid) {
+pub(crate) async fn seed_volume(pool: &PgPool) -> (Uuid, Uuid) {
     let (large, small) = (Uuid::new_v4(), Uuid::new_v4());
     sqlx::query(
         "insert into contacts (workspace_id, id, version, status, name, email, tin, is_customer, is_supplier, created_at)

@@ -9,7 +9,6 @@ use lectern_api::db::connections::{PlanMode, ReadConnections};
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::listing::{fetch_page, Resource, SearchShape};
 use lectern_api::db::workspace_sizes::WalkSettings;
-use lectern_api::db::PoolSettings;
 use lectern_api::listing::{Keyed, Limit, ListRequest, SearchText, SortKey};
 use lectern_tests::app::AppOptions;
 use lectern_tests::seed::insert_contacts;
@@ -20,12 +19,7 @@ use uuid::Uuid;
 use crate::statements::{record_statements, Statements};
 
 fn read_connections(db: &TestDatabase) -> ReadConnections {
-    let settings = PoolSettings {
-        max_connections: 1,
-        acquire_timeout: Duration::from_secs(10),
-        statement_timeout: Duration::from_secs(30),
-    };
-    lectern_api::db::read_connections(&db.url, &settings).expect("connect options")
+    crate::connections::read_connections(db, 1)
 }
 
 fn search(workspace_id: Uuid, term: &str, limit: &str) -> ListRequest<ContactType> {
