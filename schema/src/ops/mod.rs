@@ -3,44 +3,25 @@
 //! listener (metrics, health, readiness) and the `healthcheck` probe.
 
 pub mod json_log;
-pub mod log_writer;
 pub mod probe;
 pub mod server;
 
 use std::io::IsTerminal;
-use std::sync::OnceLock;
 
-use self::log_writer::{DeferredLog, LogLines};
 use tracing_subscriber::EnvFilter;
 
-/// The process's log buffer, once logging is set up; `None` if its writing thread could
-/// not be started, and lines go straight to stderr.
-static DEFERRED_LOG: OnceLock<Option<DeferredLog>> = OnceLock::new();
-
-/// Logs to stderr (stdout stays for command output) through [`log_writer`]: `RUST_LOG`
-/// filters (else `default_filter`), `LECTERN_LOG_FORMAT=json` switches to JSON lines,
-/// colour only on a terminal.
+/// Logs to stderr (stdout stays for command output): `RUST_LOG` filters (else
+/// `default_filter`), `LECTERN_LOG_FORMAT=json` switches to JSON lines, colour only on a
+/// terminal.
 pub fn init_logging(default_filter: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let json = std::env::var("LECTERN_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
-    let deferred = DEFERRED_LOG.get_or_init(|| DeferredLog::stderr().ok()).clone();
-    let has_log = deferred.is_some();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(LogLines(deferred))
+        .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
     // A second initialisation (tests building several apps) keeps the first one.
     let _ = if json { builder.json().event_format(json_log::JsonLines::new()).try_init() } else { builder.try_init() };
-    if !has_log {
-        tracing::warn!("log lines are written on the serving threads: the log writer thread could not start");
-    }
-}
-
-/// Writes out the log lines still buffered, before the process ends or says why it failed.
-pub fn flush_logs() {
-    if let Some(Some(log)) = DEFERRED_LOG.get() {
-        log.flush();
-    }
 }
 
 /// Failures that mean "PostgreSQL cannot do this now" (retry, or answer 503) rather
@@ -127,9 +108,7 @@ pub fn run_command<E: std::error::Error>(
             return std::process::ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(work);
-    flush_logs();
-    match outcome {
+    match runtime.block_on(work) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", one_line(&error));

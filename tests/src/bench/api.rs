@@ -72,17 +72,11 @@ pub async fn start(binary: &Path, database: &Database, work: &Path) -> Result<Ap
         process.check_running()?;
         let ready = reqwest::get(format!("{base}/readyz")).await.map(|response| response.status().is_success());
         if ready.unwrap_or(false) {
-            // Log lines reach the file a few milliseconds after they are logged.
-            if let Ok(metrics) = logged_metrics_address(&process.log) {
-                return Ok(Api { process, base, metrics });
-            }
+            let metrics = logged_metrics_address(&process.log)?;
+            return Ok(Api { process, base, metrics });
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "lectern-api serve was not ready, or logged no metrics address, within 30 s (log: {})",
-                process.log.display()
-            )
-            .into());
+            return Err("lectern-api serve was not ready within 30 s".into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
