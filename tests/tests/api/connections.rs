@@ -17,7 +17,6 @@ use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
-/// A set of `max_connections` on the test database, as the API opens it.
 /// The API's settings with a set (and pool) of `max_connections`.
 pub(crate) fn settings(max_connections: u32) -> PoolSettings {
     PoolSettings {
@@ -27,6 +26,7 @@ pub(crate) fn settings(max_connections: u32) -> PoolSettings {
     }
 }
 
+/// A set of `max_connections` on the test database, as the API opens it.
 pub(crate) fn read_connections(db: &TestDatabase, max_connections: u32) -> ReadConnections {
     lectern_api::db::read_connections(&db.url, &settings(max_connections)).expect("connect options")
 }

@@ -16,11 +16,8 @@ use lectern_tests::{ContactSeed, TestApp, TestDatabase};
 use sqlx::Row;
 use uuid::Uuid;
 
+use crate::connections::read_connections;
 use crate::statements::{record_statements, Statements};
-
-fn read_connections(db: &TestDatabase) -> ReadConnections {
-    crate::connections::read_connections(db, 1)
-}
 
 fn search(workspace_id: Uuid, term: &str, limit: &str) -> ListRequest<ContactType> {
     ListRequest {
@@ -75,7 +72,7 @@ async fn a_walk_finds_exactly_what_a_planned_search_finds_for_every_kind_of_term
         // The same text in another workspace: neither shape may find it.
         ContactSeed::named(text).at(index as i64).insert(&db.pool, other).await;
     }
-    let connections = read_connections(&db);
+    let connections = read_connections(&db, 1);
 
     for term in [
         "gmbh",
@@ -113,7 +110,7 @@ async fn a_walk_keeps_one_generic_plan_for_every_term() {
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
     insert_contacts(&db.pool, workspace, "Contact", 30).await;
-    let connections = read_connections(&db);
+    let connections = read_connections(&db, 1);
 
     for term in ["contact", "00", "01", "02", "03", "1", "2", "3", "zz", "act"] {
         fetch_page::<Contacts>(&connections, &search(workspace, term, "50"), SearchShape::Walk).await.expect("walk");
