@@ -30,12 +30,33 @@ pub struct Applied {
     pub dead_letters: usize,
 }
 
+/// Whether a batch's commit waits for its WAL flush.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitMode {
+    /// The commit returns once flushed: the batch may be acknowledged straight after.
+    Flushed,
+    /// The commit returns before its flush (`synchronous_commit = off`), so its rows are
+    /// visible sooner; acknowledge only after a flush barrier
+    /// ([`crate::durable_acks`]).
+    BeforeFlush,
+}
+
+impl CommitMode {
+    fn begin(self) -> &'static str {
+        match self {
+            Self::Flushed => "begin",
+            // One round trip, like a plain `begin`.
+            Self::BeforeFlush => "begin; set local synchronous_commit = off",
+        }
+    }
+}
+
 type Decoded<'a> = (&'a Received, ChangeEvent);
 type Refused<'a> = (&'a Received, String);
 
-/// Decodes, applies and dead-letters `batch` in one transaction. An `Err` means
-/// nothing was committed, and the whole batch may be retried.
-pub async fn apply_batch(pool: &PgPool, batch: &[Received]) -> Result<Applied, sqlx::Error> {
+/// Decodes, applies and dead-letters `batch` in one transaction, committed as `mode`
+/// says. An `Err` means nothing was committed, and the whole batch may be retried.
+pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) -> Result<Applied, sqlx::Error> {
     let mut events: Vec<Decoded<'_>> = Vec::with_capacity(batch.len());
     let mut refused: Vec<Refused<'_>> = Vec::new();
     for message in batch {
@@ -44,7 +65,7 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received]) -> Result<Applied, s
             Err(error) => refused.push((message, error.to_string())),
         }
     }
-    let mut transaction = pool.begin().await?;
+    let mut transaction = pool.begin_with(mode.begin()).await?;
     let written = async {
         write_events(&mut transaction, events.iter().map(|(_, event)| event)).await?;
         write_dead_letters(&mut transaction, &refused).await
@@ -65,7 +86,7 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received]) -> Result<Applied, s
             // enormous field, or a bug). Find the culprits one by one rather than block.
             transaction.rollback().await?;
             tracing::warn!(%error, "batch refused by the database; applying its events one by one");
-            apply_one_by_one(pool, events, refused).await
+            apply_one_by_one(pool, events, refused, mode).await
         }
     }
 }
@@ -74,8 +95,9 @@ async fn apply_one_by_one<'a>(
     pool: &PgPool,
     events: Vec<Decoded<'a>>,
     mut refused: Vec<Refused<'a>>,
+    mode: CommitMode,
 ) -> Result<Applied, sqlx::Error> {
-    let mut transaction = pool.begin().await?;
+    let mut transaction = pool.begin_with(mode.begin()).await?;
     let mut applied = Vec::with_capacity(events.len());
     for (message, event) in events {
         sqlx::query("savepoint one_event").execute(&mut *transaction).await?;

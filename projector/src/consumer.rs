@@ -1,4 +1,5 @@
-//! The run loop: pull a batch, apply it in one transaction, acknowledge after commit.
+//! The run loop: pull a batch, apply it in one transaction, acknowledge once its
+//! commit is flushed (see [`crate::durable_acks`]).
 //!
 //! Up to [`RunSettings::concurrent_batches`] batches are applied at once, each in its
 //! own transaction on its own connection. One PostgreSQL session uses one core, and an
@@ -9,7 +10,7 @@
 //! with two the publish→visible p99 was 53-105 ms, with four 39-44 ms, on the same host
 //! (README, Performance). Batches in flight together are as safe as as many projectors
 //! sharing the consumer: writes are version-guarded and in key order (see
-//! `apply`), and each batch is acknowledged after its own commit.
+//! `apply`), and each batch is acknowledged only once its own commit is on disk.
 //!
 //! Transient failures (PostgreSQL or NATS away) are retried with backoff, without
 //! acknowledging and without exiting. On shutdown the batches in hand are finished,
@@ -26,7 +27,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::{apply_batch, Received};
+use crate::apply::{apply_batch, CommitMode, Received};
+use crate::durable_acks::DurableAcks;
 use crate::error::ProjectorError;
 use crate::pending_lists;
 use crate::stream::{ensure_consumer, ensure_stream};
@@ -69,12 +71,12 @@ pub fn pool(database_url: &str) -> Result<PgPool, sqlx::Error> {
 }
 
 /// The projector's pool, connecting on first use: a connection per batch in flight,
-/// one for the search indexes' merges and one for readiness probes (large workspaces'
-/// index builds open a session of their own); the name tells
+/// one for the flush barriers, one for the search indexes' merges and one for readiness
+/// probes (large workspaces' index builds open a session of their own); the name tells
 /// operators its sessions apart in `pg_stat_activity`.
 pub fn pool_for(database_url: &str, concurrent_batches: usize) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = database_url.parse()?;
-    let connections = u32::try_from(concurrent_batches.max(1)).unwrap_or(u32::MAX).saturating_add(2);
+    let connections = u32::try_from(concurrent_batches.max(1)).unwrap_or(u32::MAX).saturating_add(3);
     Ok(PgPoolOptions::new()
         .max_connections(connections)
         .acquire_timeout(Duration::from_secs(5))
@@ -109,6 +111,10 @@ pub async fn run(
     let committed = Arc::new(Notify::new());
     let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
     let indexer = tokio::spawn(workspace_indexes::maintain(pool.clone(), settings.own_indexes, shutdown.clone()));
+    let durable_acks = DurableAcks::default();
+    // Not `shutdown`: the barriers go on until the last batch's messages are acknowledged.
+    let acks_finished = CancellationToken::new();
+    let acknowledger = tokio::spawn(durable_acks.clone().run(pool.clone(), acks_finished.clone()));
     backoff = Backoff::default();
     let mut catching_up = true;
     // A batch is pulled only once it can be applied, so that no message waits in our
@@ -141,9 +147,10 @@ pub async fn run(
             crate::metrics::record_lag(0);
             continue;
         }
-        let (pool, shutdown, committed) = (pool.clone(), shutdown.clone(), committed.clone());
+        let (pool, shutdown, committed, durable_acks) =
+            (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone());
         in_flight.spawn(async move {
-            if apply_until_committed(&pool, batch, &shutdown).await {
+            if apply_until_committed(&pool, batch, &durable_acks, &shutdown).await {
                 committed.notify_one();
             }
             drop(permit);
@@ -154,6 +161,10 @@ pub async fn run(
     }
     merger.abort();
     indexer.abort();
+    acks_finished.cancel();
+    if let Err(error) = acknowledger.await {
+        tracing::error!(%error, "the flush barriers ended early; unacknowledged messages will be redelivered");
+    }
     // Acks are buffered by the client; without this the last batch's acks could be
     // lost at exit and its messages redelivered after the ack wait.
     if let Err(error) = client.flush().await {
@@ -210,11 +221,16 @@ async fn pull(
     }
 }
 
-/// Applies `batch` until it commits, then acknowledges every message of it. While the
-/// database is away the batch is retried with backoff and nothing is acknowledged; on
-/// shutdown during such an outage the batch is left unacknowledged for redelivery.
-/// Returns whether it committed.
-async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, shutdown: &CancellationToken) -> bool {
+/// Applies `batch` until it commits, then has every message of it acknowledged once the
+/// commit is flushed. While the database is away the batch is retried with backoff and
+/// nothing is acknowledged; on shutdown during such an outage the batch is left
+/// unacknowledged for redelivery. Returns whether it committed.
+async fn apply_until_committed(
+    pool: &PgPool,
+    batch: Vec<jetstream::Message>,
+    durable_acks: &DurableAcks,
+    shutdown: &CancellationToken,
+) -> bool {
     let started = std::time::Instant::now();
     if let Some(pending) = batch.last().and_then(|message| message.info().ok()).map(|info| info.pending) {
         crate::metrics::record_lag(pending);
@@ -228,15 +244,19 @@ async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, sh
         })
         .collect();
     let mut backoff = Backoff::default();
-    loop {
-        match apply_batch(pool, &received).await {
+    let committed_witness = loop {
+        // Taken before the transaction begins, so the barrier's connection was there
+        // before the commit (see `durable_acks`).
+        let witness = durable_acks.witness();
+        let mode = if witness.is_some() { CommitMode::BeforeFlush } else { CommitMode::Flushed };
+        match apply_batch(pool, &received, mode).await {
             Ok(applied) => {
                 crate::metrics::record_batch(received.len(), started.elapsed());
                 tracing::debug!(events = applied.events, dead_letters = applied.dead_letters, "batch committed");
                 if applied.dead_letters > 0 {
                     tracing::warn!(count = applied.dead_letters, "messages broke the contract; stored as dead letters");
                 }
-                break;
+                break witness;
             }
             Err(error) => {
                 tracing::warn!(%error, messages = received.len(), "applying a batch failed; retrying, nothing acknowledged");
@@ -251,11 +271,16 @@ async fn apply_until_committed(pool: &PgPool, batch: Vec<jetstream::Message>, sh
                 }
             }
         }
-    }
-    for message in &batch {
-        // An ack lost here means a redelivery, which the version guard makes harmless.
-        if let Err(error) = message.ack().await {
-            tracing::warn!(%error, "acknowledgement failed; the message will be redelivered and ignored");
+    };
+    match committed_witness {
+        Some(witness) => durable_acks.acknowledge_after_flush(witness, batch),
+        None => {
+            for message in &batch {
+                // An ack lost here means a redelivery, which the version guard makes harmless.
+                if let Err(error) = message.ack().await {
+                    tracing::warn!(%error, "acknowledgement failed; the message will be redelivered and ignored");
+                }
+            }
         }
     }
     true

@@ -3,7 +3,7 @@
 //!
 //! Messages are pulled in batches from a durable consumer; each batch is applied in
 //! one transaction with set-based upserts guarded by the records' versions, and
-//! acknowledged only after the commit. Messages that break the contract are stored as
+//! acknowledged only once the commit is flushed to disk. Messages that break the contract are stored as
 //! dead letters in the same transaction, then acknowledged too, so they never block
 //! what follows. Any number of projectors can share the consumer.
 //!
@@ -12,6 +12,7 @@
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`apply`]: one batch into the read model, in one transaction.
+//! - [`durable_acks`]: acknowledging batches once their commits are flushed.
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
 //! - [`dead_letters`]: listing and retrying dead letters.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod consumer;
 pub mod dead_letters;
 pub mod demo;
+pub mod durable_acks;
 pub mod error;
 pub mod metrics;
 pub mod operations;

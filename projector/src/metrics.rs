@@ -14,6 +14,8 @@ pub mod names {
     pub const APPLY_DURATION: &str = "lectern_projector_apply_duration_seconds";
     pub const CONSUMER_LAG: &str = "lectern_projector_consumer_lag";
     pub const APPLY_RETRIES: &str = "lectern_projector_apply_retries_total";
+    pub const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
+    pub const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
 }
 
 /// Counts a committed batch: applied events by type (`contact.created`, …), dead
@@ -48,6 +50,18 @@ pub fn record_lag(pending: u64) {
 /// A batch that could not commit and is being retried.
 pub fn record_retry() {
     metrics::counter!(names::APPLY_RETRIES).increment(1);
+}
+
+/// How long a batch's messages waited, after its commit, for the flush barrier that
+/// let them be acknowledged.
+pub fn record_flush_wait(waited: Duration) {
+    metrics::histogram!(names::FLUSH_WAIT).record(waited.as_secs_f64());
+}
+
+/// Messages handed back for redelivery because no flush barrier could vouch for their
+/// commit (the barrier's connection was lost).
+pub fn record_handed_back(messages: usize) {
+    metrics::counter!(names::HANDED_BACK).increment(messages as u64);
 }
 
 /// `changes.<workspace>.<entity>.<id>` → `<entity>`, bounded to the two known entities

@@ -96,7 +96,8 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
          the acknowledgements are then awaited and the read model counted. \
          Baseline: the same rows in the same batches of 1,000 (sorted by key), one transaction each, \
          `insert … select from unnest(…) on conflict … do update … where version < excluded.version`, one connection, \
-         arguments encoded before timing. The projector's own metrics for the drain: {}.",
+         arguments encoded before timing, each commit without waiting for its flush (`synchronous_commit = off`, as \
+         the projector's) and one synchronous commit at the end, timed. The projector's own metrics for the drain: {}.",
         thousands(published as f64 / publish_time.as_secs_f64()),
         drain_batches.describe(drained.elapsed)
     ));

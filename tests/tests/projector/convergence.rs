@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use lectern_projector::apply::{apply_batch, Received};
+use lectern_projector::apply::{apply_batch, CommitMode, Received};
 use lectern_projector::stream::{CONSUMER, STREAM};
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, eventually, publish, RunningProjector};
@@ -175,7 +175,9 @@ async fn rows_of(pool: &PgPool, workspace: Uuid) -> Vec<String> {
 }
 
 async fn apply(pool: &PgPool, batch: &[Received], seed: u64) {
-    let applied = apply_batch(pool, batch).await.unwrap_or_else(|error| panic!("seed {seed}: apply failed: {error}"));
+    let applied = apply_batch(pool, batch, CommitMode::Flushed)
+        .await
+        .unwrap_or_else(|error| panic!("seed {seed}: apply failed: {error}"));
     assert_eq!(applied.dead_letters, 0, "seed {seed}: a generated event was dead-lettered");
 }
 

@@ -13,6 +13,7 @@ mod concurrency;
 mod convergence;
 mod dead_letters;
 mod demo;
+mod durable_acks;
 mod end_to_end;
 mod operations;
 mod pending_lists;

@@ -1,0 +1,202 @@
+//! Acknowledging batches once their commits are on disk, without each batch waiting
+//! for a WAL flush of its own.
+//!
+//! A batch commits with `synchronous_commit = off`: its rows are visible the moment the
+//! commit returns, not after the commit's WAL flush (5 to 15 ms on this project's
+//! hosts, and taken one batch at a time behind PostgreSQL's notify lock: README,
+//! Performance). Such a commit can still be lost in a crash, so its messages are not
+//! acknowledged then. They are acknowledged after a *flush barrier*: a transaction
+//! committed with `synchronous_commit = on` on one long-lived connection. PostgreSQL
+//! flushes its WAL in order, so once the barrier's commit is flushed, so is every
+//! commit that returned before the barrier was sent, and one barrier covers every batch
+//! that committed meanwhile.
+//!
+//! The barrier must run on the server the batches committed to, with no crash in
+//! between. A crash or restart ends every session, so the barrier's connection is the
+//! witness: a batch notes the connection's generation before it begins, and if that
+//! connection is gone by the time of the barrier, the batch's messages are handed back
+//! for redelivery (`nak`) instead, which the version guard makes harmless. While there
+//! is no barrier connection (PostgreSQL away), batches commit synchronously and are
+//! acknowledged after their own commit, as every batch once was.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, AckKind};
+use sqlx::pool::PoolConnection;
+use sqlx::{Executor, PgConnection, PgPool, Postgres};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Longest a barrier (or getting its connection) may take before the connection is
+/// given up for a new one. A flush takes milliseconds; a hung server must not keep
+/// acknowledgements, or shutdown, waiting for ever.
+const BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait before trying again for a barrier connection.
+const RECONNECT_AFTER: Duration = Duration::from_millis(500);
+
+/// Commits synchronously whatever went before it, on whatever `synchronous_commit` the
+/// server is configured with: `pg_current_xact_id()` gives the transaction an id, so
+/// its commit writes a commit record and waits for its flush (and, with synchronous
+/// standbys configured, for theirs).
+const BARRIER: &str = "begin; set local synchronous_commit = on; select pg_current_xact_id(); commit";
+
+/// The connection that witnessed a batch's commit, by generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Witness(u64);
+
+/// One committed batch waiting for a barrier.
+struct Committed {
+    witness: Witness,
+    committed_at: Instant,
+    messages: Vec<jetstream::Message>,
+}
+
+/// The queue of committed batches and the barrier connection's generation, shared by
+/// the batch tasks and [`DurableAcks::run`].
+#[derive(Clone, Default)]
+pub struct DurableAcks {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// The barrier connection's generation; 0 while there is none.
+    generation: AtomicU64,
+    waiting: Mutex<Vec<Committed>>,
+    queued: Notify,
+}
+
+impl DurableAcks {
+    /// The barrier connection as it is now, or `None` when there is none, in which case
+    /// the batch must commit synchronously and acknowledge itself. Take it before the
+    /// batch's transaction begins.
+    pub fn witness(&self) -> Option<Witness> {
+        match self.shared.generation.load(Ordering::Acquire) {
+            0 => None,
+            generation => Some(Witness(generation)),
+        }
+    }
+
+    /// Hands over the messages of a batch that committed asynchronously after
+    /// [`DurableAcks::witness`] returned `witness`; they are acknowledged after the next
+    /// barrier on that connection, or handed back for redelivery.
+    pub fn acknowledge_after_flush(&self, witness: Witness, messages: Vec<jetstream::Message>) {
+        let committed = Committed { witness, committed_at: Instant::now(), messages };
+        self.shared.waiting.lock().unwrap_or_else(PoisonError::into_inner).push(committed);
+        self.shared.queued.notify_one();
+    }
+
+    fn take_waiting(&self) -> Vec<Committed> {
+        std::mem::take(&mut *self.shared.waiting.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn nothing_waiting(&self) -> bool {
+        self.shared.waiting.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+    }
+
+    /// Runs barriers for handed-over batches until `finish` is cancelled and nothing is
+    /// waiting any more. Cancel `finish` only once no batch can hand anything over.
+    pub async fn run(self, pool: PgPool, finish: CancellationToken) {
+        let mut connection: Option<PoolConnection<Postgres>> = None;
+        let mut generation = 0;
+        loop {
+            if connection.is_none() {
+                match tokio::time::timeout(BARRIER_TIMEOUT, pool.acquire()).await {
+                    Ok(Ok(opened)) => {
+                        generation += 1;
+                        connection = Some(opened);
+                        self.shared.generation.store(generation, Ordering::Release);
+                    }
+                    Ok(Err(_)) | Err(_) => {
+                        // The batches report the database being away; they commit
+                        // synchronously until a barrier connection is back.
+                        hand_back(self.take_waiting()).await;
+                        if finish.is_cancelled() {
+                            return;
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(RECONNECT_AFTER) => {}
+                            () = finish.cancelled() => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            if self.nothing_waiting() {
+                if finish.is_cancelled() {
+                    return;
+                }
+                tokio::select! {
+                    () = self.shared.queued.notified() => {}
+                    () = finish.cancelled() => {}
+                }
+                continue;
+            }
+            let committed = self.take_waiting();
+            let Some(open) = connection.as_mut() else { continue };
+            match tokio::time::timeout(BARRIER_TIMEOUT, barrier(open)).await {
+                Ok(Ok(_)) => {
+                    let witnessed = Witness(generation);
+                    let (flushed, unwitnessed) = committed.into_iter().partition(|batch| batch.witness == witnessed);
+                    acknowledge(flushed).await;
+                    hand_back(unwitnessed).await;
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "the flush barrier failed; its batches' messages will be redelivered");
+                    self.lose_connection(&mut connection);
+                    hand_back(committed).await;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "the flush barrier took longer than {BARRIER_TIMEOUT:?}; its batches' messages will be redelivered"
+                    );
+                    self.lose_connection(&mut connection);
+                    hand_back(committed).await;
+                }
+            }
+        }
+    }
+
+    /// From here on batches commit synchronously until a new connection is open; the
+    /// old one is closed rather than returned to the pool, so it witnesses nothing more.
+    fn lose_connection(&self, connection: &mut Option<PoolConnection<Postgres>>) {
+        self.shared.generation.store(0, Ordering::Release);
+        if let Some(lost) = connection.take() {
+            drop(lost.detach());
+        }
+    }
+}
+
+/// A query without arguments goes as a simple query, so its statements run in one
+/// round trip. (`sqlx::raw_sql` would do the same, but its future trips the compiler's
+/// higher-ranked lifetime check inside a spawned task.)
+async fn barrier(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
+    connection.execute(BARRIER).await.map(drop)
+}
+
+async fn acknowledge(flushed: Vec<Committed>) {
+    for batch in flushed {
+        crate::metrics::record_flush_wait(batch.committed_at.elapsed());
+        for message in &batch.messages {
+            // An ack lost here means a redelivery, which the version guard makes harmless.
+            if let Err(error) = message.ack().await {
+                tracing::warn!(%error, "acknowledgement failed; the message will be redelivered and ignored");
+            }
+        }
+    }
+}
+
+/// Messages whose commit no barrier can vouch for: redelivered at once rather than
+/// after the ack wait.
+async fn hand_back(unwitnessed: Vec<Committed>) {
+    for batch in unwitnessed {
+        crate::metrics::record_handed_back(batch.messages.len());
+        for message in &batch.messages {
+            // Without the nak, the message comes back all the same after the ack wait.
+            let _ = message.ack_with(AckKind::Nak(None)).await;
+        }
+    }
+}
