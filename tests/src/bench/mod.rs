@@ -164,7 +164,9 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         Some(soak_for) => soak::measure(setup, &plan, &database, soak_for, &mut report).await?,
         None => {
             projector_side::measure(setup, &plan, &database, &mut report).await?;
-            api_side::measure(setup, &plan, &database, &mut report).await?;
+            if !setup.options.projector_only {
+                api_side::measure(setup, &plan, &database, &mut report).await?;
+            }
         }
     }
     database.pool.close().await;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -17,6 +17,8 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      every scenario's requests mixed at 64 connections for SECS while the
                      projector absorbs 2,000 events/s; counts answers by status and checks
                      RSS stays flat (default output bench/soak.md)
+  --projector-only   the drain, publish→visible and plain-SQL measurements, not the API's
+                     (about half the time; for comparing projector builds)
   --keep             keep the benchmark databases and the work directory
   --no-build         use target/release/lectern-{api,projector} as they are (by default
                      `cargo build --release` brings them up to date with the checkout first)
@@ -52,6 +54,8 @@ pub struct Options {
     pub steady_for: Duration,
     /// Run the soak for this long instead of the comparisons.
     pub soak_for: Option<Duration>,
+    /// Measure the write path only, leaving out the API scenarios.
+    pub projector_only: bool,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -69,6 +73,7 @@ impl Options {
         let mut run_for = None;
         let mut soak_for = None;
         let mut keep = false;
+        let mut projector_only = false;
         let mut build = true;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
@@ -90,6 +95,7 @@ impl Options {
                 }
                 "--soak" => soak_for = Some(Duration::from_secs(number(&value("--soak")?, "--soak", 10)? as u64)),
                 "--keep" => keep = true,
+                "--projector-only" => projector_only = true,
                 "--no-build" => build = false,
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
@@ -107,6 +113,7 @@ impl Options {
             run_for: run_for.unwrap_or(Duration::from_secs(default_run)),
             steady_for: Duration::from_secs(steady_for),
             soak_for,
+            projector_only,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-tests --bin lectern-bench -- {command_line}")

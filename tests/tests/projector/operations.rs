@@ -23,6 +23,8 @@ const DEAD_LETTERED: &str = "lectern_projector_events_dead_lettered_total";
 const BATCH_SIZE: &str = "lectern_projector_batch_size";
 const APPLY_DURATION: &str = "lectern_projector_apply_duration_seconds";
 const LAG: &str = "lectern_projector_consumer_lag";
+const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
+const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
 
 /// `lectern-projector run` with its operations listener on a free port.
 struct Projector {
@@ -149,6 +151,11 @@ async fn the_projector_counts_applied_events_by_type_dead_letters_by_entity_and_
     assert!(metrics.matching(&format!("{BATCH_SIZE}_bucket"), &[]).len() > 2, "{}", metrics.text);
     assert_eq!(metrics.value(&format!("{APPLY_DURATION}_count"), &[]), Some(batches), "{}", metrics.text);
     assert!(metrics.matching(&format!("{APPLY_DURATION}_bucket"), &[("le", "+Inf")]).len() == 1, "{}", metrics.text);
+    // Batches commit before their flush and are acknowledged after a barrier; only a
+    // batch that began before the barrier's connection opened commits synchronously.
+    let barriered = metrics.value(&format!("{FLUSH_WAIT}_count"), &[]).unwrap_or_default();
+    assert!((1.0..=batches).contains(&barriered), "acknowledged after a barrier: {barriered}\n{}", metrics.text);
+    assert_eq!(metrics.value(HANDED_BACK, &[]).unwrap_or_default(), 0.0, "nothing handed back: {}", metrics.text);
     projector.stop().await;
 }
 
