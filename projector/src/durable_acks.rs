@@ -93,10 +93,6 @@ impl DurableAcks {
         std::mem::take(&mut *self.shared.waiting.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn nothing_waiting(&self) -> bool {
-        self.shared.waiting.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
-    }
-
     /// Runs barriers for handed-over batches until `finish` is cancelled and nothing is
     /// waiting any more. Cancel `finish` only once no batch can hand anything over.
     pub async fn run(self, pool: PgPool, finish: CancellationToken) {
@@ -125,7 +121,8 @@ impl DurableAcks {
                     }
                 }
             }
-            if self.nothing_waiting() {
+            let committed = self.take_waiting();
+            if committed.is_empty() {
                 if finish.is_cancelled() {
                     return;
                 }
@@ -135,24 +132,20 @@ impl DurableAcks {
                 }
                 continue;
             }
-            let committed = self.take_waiting();
             let Some(open) = connection.as_mut() else { continue };
-            match tokio::time::timeout(BARRIER_TIMEOUT, barrier(open)).await {
-                Ok(Ok(_)) => {
+            let barrier = match tokio::time::timeout(BARRIER_TIMEOUT, flush_barrier(open)).await {
+                Ok(flushed) => flushed.map_err(|error| error.to_string()),
+                Err(_) => Err(format!("no answer within {BARRIER_TIMEOUT:?}")),
+            };
+            match barrier {
+                Ok(()) => {
                     let witnessed = Witness(generation);
                     let (flushed, unwitnessed) = committed.into_iter().partition(|batch| batch.witness == witnessed);
                     acknowledge(flushed).await;
                     hand_back(unwitnessed).await;
                 }
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "the flush barrier failed; its batches' messages will be redelivered");
-                    self.lose_connection(&mut connection);
-                    hand_back(committed).await;
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        "the flush barrier took longer than {BARRIER_TIMEOUT:?}; its batches' messages will be redelivered"
-                    );
+                Err(problem) => {
+                    tracing::warn!(%problem, "the flush barrier failed; its batches' messages will be redelivered");
                     self.lose_connection(&mut connection);
                     hand_back(committed).await;
                 }
@@ -170,10 +163,11 @@ impl DurableAcks {
     }
 }
 
-/// A query without arguments goes as a simple query, so its statements run in one
-/// round trip. (`sqlx::raw_sql` would do the same, but its future trips the compiler's
-/// higher-ranked lifetime check inside a spawned task.)
-async fn barrier(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
+/// Commits synchronously on `connection`, so every commit that returned before this call
+/// is on disk when it returns. A query without arguments goes as a simple query, so its
+/// statements run in one round trip. (`sqlx::raw_sql` would do the same, but its future
+/// trips the compiler's higher-ranked lifetime check inside a spawned task.)
+pub async fn flush_barrier(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
     connection.execute(BARRIER).await.map(drop)
 }
 

@@ -84,10 +84,7 @@ pub async fn write_all(plan: &Plan, url: &str) -> Result<Written> {
         transaction.commit().await?;
         rows += batch.rows;
     }
-    sqlx::raw_sql("begin; set local synchronous_commit = on; select pg_current_xact_id(); commit")
-        .execute(&mut connection)
-        .await
-        .context("flush the plain SQL load")?;
+    lectern_projector::durable_acks::flush_barrier(&mut connection).await.context("flush the plain SQL load")?;
     Ok(Written { rows, elapsed: started.elapsed() })
 }
 
