@@ -58,10 +58,14 @@ pub fn free_port() -> Result<u16> {
 /// A private nats-server with JetStream, its store in the work directory.
 pub struct Nats {
     pub url: String,
-    _process: Process,
+    process: Process,
 }
 
 impl Nats {
+    pub fn pid(&self) -> u32 {
+        self.process.pid
+    }
+
     pub async fn start(work: &Path) -> Result<Self> {
         let binary = crate::nats::server_binary();
         if !binary.exists() {
@@ -77,7 +81,7 @@ impl Nats {
             ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &store.to_string_lossy()].map(String::from);
         let process = Process::spawn(&binary, &args, &[], &work.join("nats.log"))?;
         wait_for_port(port, Duration::from_secs(10)).await.context("nats-server did not start")?;
-        Ok(Self { url: format!("nats://127.0.0.1:{port}"), _process: process })
+        Ok(Self { url: format!("nats://127.0.0.1:{port}"), process })
     }
 }
 

@@ -13,12 +13,15 @@
 //!   ([`plain_sql`]) and the steady publish→visible latency ([`latency`]).
 //! - [`api_side`]: the API ([`api`]) under wrk and the same SQL under pgbench
 //!   ([`scenarios`], [`load`]).
-//! - [`machine`]: the machine's description and process RSS; [`report`]: the table.
+//! - [`machine`]: the machine's description and process RSS; [`report`]: the table;
+//!   [`cpu_shares`]: where the CPU went over a phase.
 //! - [`soak`]: with `--soak`, the bounded soak of issue 6 instead of the comparisons.
+//! - [`wal`]: WAL written and checkpoints run over a phase.
 
 pub mod api;
 pub mod api_side;
 pub mod catalogue;
+pub mod cpu_shares;
 pub mod drain;
 pub mod infra;
 pub mod latency;
@@ -34,6 +37,7 @@ pub mod records;
 pub mod report;
 pub mod scenarios;
 pub mod soak;
+pub mod wal;
 
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -140,14 +144,23 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
     let database = infra::Database::create(&setup.databases.0).await?;
     let server_version: String =
         sqlx::query_scalar("select current_setting('server_version')").fetch_one(&database.pool).await?;
-    let shared_buffers: String =
-        sqlx::query_scalar("select current_setting('shared_buffers')").fetch_one(&database.pool).await?;
+    let (shared_buffers, max_wal_size, checkpoint_timeout, wal_compression): (String, String, String, String) =
+        sqlx::query_as(
+            "select current_setting('shared_buffers'), current_setting('max_wal_size'), \
+             current_setting('checkpoint_timeout'), current_setting('wal_compression')",
+        )
+        .fetch_one(&database.pool)
+        .await?;
     let mut report = match setup.options.soak_for {
         Some(_) => report::Report::new("Lectern soak", "Targets (issue 6)"),
         None => report::Report::new("Lectern benchmark", "Targets (issue 7)"),
     };
     report.header = vec![
-        format!("Machine: {machine}; PostgreSQL {server_version} (shared_buffers {shared_buffers}), shared by the bench, the app and the load generators."),
+        format!(
+            "Machine: {machine}; PostgreSQL {server_version} (shared_buffers {shared_buffers}, max_wal_size \
+             {max_wal_size}, checkpoint_timeout {checkpoint_timeout}, wal_compression {wal_compression}), shared by \
+             the bench, the app and the load generators."
+        ),
         format!(
             "Data (scale {}): {} contacts in {} workspaces ({} of about {}, one of {}) and {} items, published to JetStream and projected.",
             setup.options.scale.as_str(),

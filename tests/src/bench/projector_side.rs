@@ -4,10 +4,12 @@
 
 use lectern_projector::workspace_indexes::OwnIndexSettings;
 
+use super::cpu_shares::CpuShares;
 use super::infra::{drop_database, Database, Nats};
 use super::machine::RssSampler;
 use super::plan::Plan;
 use super::report::{millis, thousands, Report, Row};
+use super::wal::WalMark;
 use super::{drain, latency, plain_sql, publish, Result, Setup};
 
 const STEADY_RATE: u32 = 2_000;
@@ -28,10 +30,12 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     );
 
     eprintln!("[2/5] lectern-projector draining the backlog into an empty read model");
+    let drain_wal = WalMark::take(&database.pool).await?;
     let mut projector = drain::start_projector(&setup.binaries.projector, &nats.url, database, &setup.work)?;
     let metrics = drain::metrics_address(&mut projector).await?;
     let drained = drain::drain(&mut projector, &metrics, &nats.url, published).await?;
     let drain_batches = drain::Batches::scrape(&metrics).await?;
+    let drain_wal = drain_wal.describe_until(&WalMark::take(&database.pool).await?, drained.elapsed);
     drain::verify(database, plan.contacts(), plan.items()).await?;
     eprintln!("      {:.1} s, {} events/s", drained.elapsed.as_secs_f64(), thousands(drained.per_second()));
     let own_index = if i64::from(plan.big().contacts) >= OwnIndexSettings::default().from_rows {
@@ -44,10 +48,18 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
 
     eprintln!("[3/5] publish→visible latency at {STEADY_RATE} events/s for {} s", setup.options.steady_for.as_secs());
     let rss = RssSampler::start(projector.pid);
+    let steady_wal = WalMark::take(&database.pool).await?;
+    let steady_cpu = CpuShares::start(&[
+        ("projector", projector.pid),
+        ("nats-server", nats.pid()),
+        ("the bench (publisher and poller)", std::process::id()),
+    ]);
     let steady_started = std::time::Instant::now();
     let steady = latency::measure(plan, &nats.url, &database.pool, STEADY_RATE, setup.options.steady_for).await?;
     let steady_batches = drain::Batches::scrape(&metrics).await?.since(drain_batches);
     let steady_wall = steady_started.elapsed();
+    let steady_cpu = steady_cpu.describe();
+    let steady_wal = steady_wal.describe_until(&WalMark::take(&database.pool).await?, steady_wall);
     let steady_rss = rss.stop();
     let csv: String = steady.samples.iter().map(|(at, latency)| format!("{at:.1},{latency:.1}\n")).collect();
     std::fs::write(setup.work.join("latency.csv"), format!("published_ms,visible_after_ms\n{csv}"))?;
@@ -97,7 +109,8 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
          Baseline: the same rows in the same batches of 1,000 (sorted by key), one transaction each, \
          `insert … select from unnest(…) on conflict … do update … where version < excluded.version`, one connection, \
          arguments encoded before timing, each commit without waiting for its flush (`synchronous_commit = off`, as \
-         the projector's) and one synchronous commit at the end, timed. The projector's own metrics for the drain: {}.",
+         the projector's) and one synchronous commit at the end, timed. The projector's own metrics for the drain: {}. \
+         PostgreSQL over the drain: {drain_wal}.",
         thousands(published as f64 / publish_time.as_secs_f64()),
         drain_batches.describe(drained.elapsed)
     ));
@@ -121,7 +134,8 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         "Latency: `contact.updated` events of distinct contacts published every 5 ms ({} per tick); a poller queries \
          the outstanding rows' versions every ~2 ms and counts an event visible at the start of the first poll that \
          sees it (an upper bound within one poll). RSS is the projector's during that phase. The projector's \
-         metrics for the phase: {}.",
+         metrics for the phase: {}. PostgreSQL over the phase: {steady_wal}. \
+         CPU over the phase: {steady_cpu}.",
         STEADY_RATE / 200,
         steady_batches.describe(steady_wall)
     ));
