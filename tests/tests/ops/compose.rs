@@ -3,6 +3,7 @@
 //! real binaries accept. `health` runs the services' health checks for real.
 
 mod health;
+mod postgres_settings;
 
 use std::collections::{BTreeMap, BTreeSet};
 
