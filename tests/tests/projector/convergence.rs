@@ -174,10 +174,9 @@ async fn rows_of(pool: &PgPool, workspace: Uuid) -> Vec<String> {
     .expect("read rows")
 }
 
-async fn apply(pool: &PgPool, batch: &[Received], seed: u64) {
-    let applied = apply_batch(pool, batch, CommitMode::Flushed)
-        .await
-        .unwrap_or_else(|error| panic!("seed {seed}: apply failed: {error}"));
+async fn apply(pool: &PgPool, batch: &[Received], mode: CommitMode, seed: u64) {
+    let applied =
+        apply_batch(pool, batch, mode).await.unwrap_or_else(|error| panic!("seed {seed}: apply failed: {error}"));
     assert_eq!(applied.dead_letters, 0, "seed {seed}: a generated event was dead-lettered");
 }
 
@@ -196,7 +195,7 @@ async fn shuffled_duplicated_and_batched_histories_end_where_the_in_order_histor
         };
 
         for event in &history {
-            apply(&db.pool, &[event.received(in_order_workspace, next_sequence())], seed).await;
+            apply(&db.pool, &[event.received(in_order_workspace, next_sequence())], CommitMode::Flushed, seed).await;
         }
         let mut arrivals = history.clone();
         for _ in 0..rng.below(history.len() + 1) {
@@ -208,7 +207,10 @@ async fn shuffled_duplicated_and_batched_histories_end_where_the_in_order_histor
         while !messages.is_empty() {
             let size = (1 + rng.below(8)).min(messages.len());
             let batch: Vec<Received> = messages.drain(..size).collect();
-            apply(&db.pool, &batch, seed).await;
+            // Both ways a batch commits: as a single statement or a transaction before
+            // the flush (one table's events, or both), and as a flushed transaction.
+            let mode = if rng.coin() { CommitMode::BeforeFlush } else { CommitMode::Flushed };
+            apply(&db.pool, &batch, mode, seed).await;
         }
 
         let in_order = rows_of(&db.pool, in_order_workspace).await;
@@ -247,10 +249,11 @@ async fn an_archive_keeps_the_same_data_whether_the_update_before_it_arrives_bef
     let (in_order_workspace, late_update_workspace) = (rng.uuid(), rng.uuid());
 
     for (sequence, event) in [&created, &updated, &archived].into_iter().enumerate() {
-        apply(&db.pool, &[event.received(in_order_workspace, 1 + sequence as u64)], 7).await;
+        apply(&db.pool, &[event.received(in_order_workspace, 1 + sequence as u64)], CommitMode::Flushed, 7).await;
     }
     for (sequence, event) in [&created, &archived, &updated].into_iter().enumerate() {
-        apply(&db.pool, &[event.received(late_update_workspace, 10 + sequence as u64)], 7).await;
+        apply(&db.pool, &[event.received(late_update_workspace, 10 + sequence as u64)], CommitMode::BeforeFlush, 7)
+            .await;
     }
 
     assert_eq!(

@@ -9,6 +9,7 @@
 
 mod apply_rules;
 mod commands;
+mod commit_modes;
 mod concurrency;
 mod convergence;
 mod dead_letters;
