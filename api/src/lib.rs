@@ -9,6 +9,7 @@
 //! - [`listing`]: what every collection shares: parameters, positions, cursors, pages.
 //! - [`db`]: the pool, migrations, and one query module per resource.
 //! - [`keys`]: key format, peppered hashes, the caching authenticator.
+//! - [`memory`]: the process's heap kept in small pages.
 //! - [`error`]: the one error type of a request, and that of a command.
 //! - [`operations`]: readiness, metrics, the operations listener's wiring.
 //! - [`rate_limit`]: per-key and per-address token buckets.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod http;
 pub mod keys;
 pub mod listing;
+pub mod memory;
 pub mod operations;
 pub mod rate_limit;
 pub mod telemetry;

@@ -55,6 +55,7 @@ struct HealthcheckArgs {
 pub fn main() -> ExitCode {
     let cli: Cli = lectern_schema::ops::parse_args();
     crate::telemetry::init();
+    crate::memory::keep_heap_in_small_pages();
     lectern_schema::ops::run_command(run(cli.command))
 }
 

@@ -642,6 +642,38 @@ async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_
     assert_eq!(ended.code, Some(0), "{}", ended.stderr);
 }
 
+/// With transparent huge pages, every 2 MiB page holding one live object stays resident
+/// whole (`lectern_api::memory`): the process opts out, and after serving pages none of
+/// its memory is in a huge page.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn serve_keeps_its_memory_out_of_transparent_huge_pages() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let (_, key) = create_key(&db.pool, workspace, &[Scope::ContactsRead]).await;
+    for n in 0..20 {
+        ContactSeed::named(&format!("Contact {n} GmbH")).at(n).insert(&db.pool, workspace).await;
+    }
+    let serve = Serve::start(&db, &[]).await;
+    for _ in 0..50 {
+        serve.get(Some(&key), "/v1/contacts?limit=100").await.assert_ok();
+        serve.get(Some(&key), "/v1/contacts?search=gmbh").await.assert_ok();
+    }
+
+    let proc_file = |name: &str| {
+        let path = format!("/proc/{}/{name}", serve.service.pid());
+        std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("read {path}: {error}"))
+    };
+    let (status, rollup) = (proc_file("status"), proc_file("smaps_rollup"));
+    let field = |text: &str, name: &str| {
+        text.lines().find_map(|line| line.strip_prefix(name)).map(|value| value.trim().to_owned())
+    };
+
+    assert_eq!(field(&status, "THP_enabled:").as_deref(), Some("0"), "the process did not opt out:\n{status}");
+    assert_eq!(field(&rollup, "AnonHugePages:").as_deref(), Some("0 kB"), "memory in huge pages:\n{rollup}");
+    serve.stop().await;
+}
+
 #[tokio::test]
 async fn sigterm_stops_serve_with_exit_0_and_closes_both_addresses() {
     let db = TestDatabase::create().await;
