@@ -1,7 +1,7 @@
 //! What operators and browsers see of the API besides its data: liveness and
 //! readiness, compression, the reference page, the headers on every response, no CORS;
 //! and, from the real `serve` binary, the metrics on the operations address, the
-//! request log, and a clean stop on SIGTERM.
+//! request log, its memory kept out of huge pages, and a clean stop on SIGTERM.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
