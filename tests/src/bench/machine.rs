@@ -21,7 +21,8 @@ pub fn describe() -> String {
     )
 }
 
-fn field(text: &str, name: &str) -> Option<String> {
+/// The value of `name: value` in a /proc file such as `/proc/<pid>/status`, trimmed.
+pub fn field(text: &str, name: &str) -> Option<String> {
     text.lines()
         .find(|line| line.split(':').next().is_some_and(|key| key.trim() == name))
         .and_then(|line| line.split_once(':'))
