@@ -200,7 +200,7 @@ pub struct ServeArgs {
     /// Open client connections at most; past it new ones are closed at once.
     #[arg(long, env = "LECTERN_MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
-    /// Milliseconds a client has to send a request's line and headers (slow clients are cut off).
+    /// Milliseconds a connection has to complete a request head, from its accept and from the end of its last response (silent, slow and idle connections are closed; HTTP/2 is pinged as often).
     #[arg(long, env = "LECTERN_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub header_read_timeout_ms: u64,
     /// Seconds a cursor stays valid after it is issued.

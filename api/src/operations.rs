@@ -20,6 +20,9 @@ pub mod names {
     pub const POOL_MAX: &str = "lectern_db_pool_max_connections";
     pub const RATE_LIMITED: &str = "lectern_rate_limited_total";
     pub const CONNECTIONS_REFUSED: &str = "lectern_http_connections_refused_total";
+    /// Connections closed for sending no request head in time (`reason="no_request"`)
+    /// or for staying idle after their last response (`reason="idle"`).
+    pub const CONNECTIONS_EXPIRED: &str = "lectern_http_connections_expired_total";
 }
 
 /// Ready when a statement runs and every migration this build knows is applied

@@ -51,6 +51,15 @@ impl ErrorResponse {
     fn from_status(status: StatusCode, message: String, details: Option<Vec<String>>) -> Self {
         Self { error: ErrorInfo { code: code_for_status(status), message, details }, request_id: RequestId::current() }
     }
+
+    /// The body for a response written outside any request (the connection layer's).
+    pub(crate) fn with_id(status: StatusCode, message: String, request_id: RequestId) -> Self {
+        Self { error: ErrorInfo { code: code_for_status(status), message, details: None }, request_id }
+    }
+
+    pub(crate) fn to_json(&self) -> String {
+        poem_openapi::types::ToJSON::to_json_string(self)
+    }
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -275,8 +284,7 @@ fn parameter_problem(error: &poem::Error) -> Option<(&'static str, &str)> {
 }
 
 fn json_response(status: StatusCode, body: &ErrorResponse) -> Response {
-    use poem_openapi::types::ToJSON;
-    let json = body.to_json_string();
+    let json = body.to_json();
     Response::builder().status(status).content_type("application/json; charset=utf-8").body(json)
 }
 

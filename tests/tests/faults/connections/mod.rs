@@ -16,6 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use uuid::Uuid;
 
+mod deadlines;
+mod refusals;
+
 /// The pepper of the harness's keys (`lectern_tests::seed::test_pepper`).
 const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
 /// Within this any exchange ends, or the server hangs (generous: small shared machine).
@@ -32,29 +35,32 @@ struct Served {
     address: SocketAddr,
     metrics: SocketAddr,
     key: String,
-    _database: TestDatabase,
+    database: TestDatabase,
 }
 
 impl Served {
     async fn start(header_timeout_ms: u64) -> Self {
+        Self::start_with(header_timeout_ms, &[]).await
+    }
+
+    /// As [`Served::start`], with more settings in the environment.
+    async fn start_with(header_timeout_ms: u64, settings: &[(&str, &str)]) -> Self {
         let database = TestDatabase::create().await;
         let workspace = Uuid::new_v4();
         let (_, key) = create_key(&database.pool, workspace, &[Scope::ContactsRead]).await;
         ContactSeed::named("Acme").insert(&database.pool, workspace).await;
         let header_timeout = header_timeout_ms.to_string();
         let max_connections = MAX_CONNECTIONS.to_string();
-        let mut service = Service::spawn(
-            &lectern_api(),
-            &["serve"],
-            &[
-                ("DATABASE_URL", &database.url),
-                ("LECTERN_LISTEN", "127.0.0.1:0"),
-                ("LECTERN_METRICS_LISTEN", "127.0.0.1:0"),
-                ("LECTERN_KEY_PEPPER", TEST_PEPPER),
-                ("LECTERN_HEADER_READ_TIMEOUT_MS", &header_timeout),
-                ("LECTERN_MAX_CONNECTIONS", &max_connections),
-            ],
-        );
+        let mut environment = vec![
+            ("DATABASE_URL", database.url.as_str()),
+            ("LECTERN_LISTEN", "127.0.0.1:0"),
+            ("LECTERN_METRICS_LISTEN", "127.0.0.1:0"),
+            ("LECTERN_KEY_PEPPER", TEST_PEPPER),
+            ("LECTERN_HEADER_READ_TIMEOUT_MS", &header_timeout),
+            ("LECTERN_MAX_CONNECTIONS", &max_connections),
+        ];
+        environment.extend_from_slice(settings);
+        let mut service = Service::spawn(&lectern_api(), &["serve"], &environment);
         let listening = service
             .wait_for_log(Duration::from_secs(60), |record| record["fields"]["message"] == "lectern-api listening")
             .await;
@@ -64,7 +70,7 @@ impl Served {
                 .and_then(|text| text.parse().ok())
                 .unwrap_or_else(|| panic!("no {name} address in {listening}"))
         };
-        Self { address: field("address"), metrics: field("metrics"), service, key, _database: database }
+        Self { address: field("address"), metrics: field("metrics"), service, key, database }
     }
 
     /// A normal client on a connection of its own (none kept alive) gets a 200.

@@ -1,7 +1,13 @@
 //! The connection loop: ours rather than poem's `Server`, so that the limits a
-//! hostile client probes are ours to set. A slow client must send its request head
-//! within a deadline (slowloris), the head has a size cap, connections are capped,
-//! and shutdown lets in-flight requests finish within a grace period.
+//! hostile client probes are ours to set. Every connection must complete a request
+//! head within a deadline, whatever protocol it speaks, and one with no request in
+//! flight for that long is closed ([`activity`]); heads have a size cap, and what
+//! hyper refuses on its own still leaves in the error shape ([`parser_refusals`]);
+//! HTTP/2 connections are pinged; connections are capped; and shutdown lets in-flight
+//! requests finish within a grace period.
+
+mod activity;
+mod parser_refusals;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,9 +26,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::activity::{Activity, Expired, Tracked};
+use self::parser_refusals::RefusalsInShape;
+
 /// Bytes a request line plus headers may take. The envelope refuses larger heads with
 /// a 431 in the contract's error shape; the connection layer reads up to four times as
-/// much before it must cut the request off with a bare 431 of its own.
+/// much before hyper must cut the request off, with a 431 of its own that
+/// [`parser_refusals`] puts in the error shape too.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// What one server will put up with.
@@ -30,9 +40,12 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 pub struct ServerLimits {
     /// Open connections at most; past it new ones are closed at once.
     pub max_connections: usize,
-    /// Time a client has to send a request's line and headers.
+    /// Time a connection has to complete a request head: from its accept, and from the
+    /// end of its previous response (so idle keep-alive connections close after it).
+    /// HTTP/2 connections are also pinged this often, and closed when a ping goes
+    /// unanswered for as long.
     pub header_read_timeout: Duration,
-    /// Bytes of request head the connection layer buffers (HTTP/1.1: a bare 431 past it).
+    /// Bytes of request head the connection layer buffers (HTTP/1.1: a 431 past it).
     pub max_header_bytes: usize,
     /// Headers a request may carry (HTTP/1.1).
     pub max_headers: usize,
@@ -55,6 +68,10 @@ impl Default for ServerLimits {
 /// hyper refuses buffers smaller than this.
 const MIN_HEADER_BUFFER: usize = 8 * 1024;
 
+/// How long an expired connection with requests still open (an HTTP/2 stream that
+/// raced with the deadline) gets to finish them after its `GOAWAY`.
+const CLOSING_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves `endpoint` on `listener` until `shutdown` resolves, then stops accepting,
 /// lets open requests finish (up to the grace period) and returns.
 pub async fn serve<E>(
@@ -67,18 +84,8 @@ where
     E: Endpoint + 'static,
 {
     let endpoint = Arc::new(endpoint);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BUFFER))
-        .max_headers(limits.max_headers);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    let builder = Arc::new(builder);
+    let builder = Arc::new(protocols(&limits));
+    let head_cap = builder_head_cap(&limits);
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let stopping = CancellationToken::new();
     let tracker = TaskTracker::new();
@@ -107,9 +114,13 @@ where
         let endpoint = endpoint.clone();
         let builder = builder.clone();
         let stopping = stopping.clone();
+        let header_read_timeout = limits.header_read_timeout;
         tracker.spawn(async move {
+            let activity = Activity::new();
+            let answering = activity.clone();
             let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
                 let endpoint = endpoint.clone();
+                let in_flight = answering.begin();
                 async move {
                     let request = poem::Request::from((
                         request,
@@ -119,16 +130,42 @@ where
                     ));
                     let response: hyper::Response<BoxBody<Bytes, std::io::Error>> =
                         endpoint.get_response(request).await.into();
-                    Ok::<_, Infallible>(response)
+                    // The request stays in flight until its body has been handed over.
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
                 }
             });
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let io = TokioIo::new(RefusalsInShape::new(stream, head_cap));
+            let connection = builder.serve_connection_with_upgrades(io, service);
             tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stopping.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
+            loop {
+                let deadline = activity.deadline(header_read_timeout);
+                let expired = async {
+                    match deadline {
+                        Some((at, why)) => {
+                            tokio::time::sleep_until(at).await;
+                            why
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = connection.as_mut() => break,
+                    () = activity.changed() => {}
+                    why = expired => {
+                        metrics::counter!(crate::operations::names::CONNECTIONS_EXPIRED, "reason" => why.label())
+                            .increment(1);
+                        if why == Expired::Idle {
+                            // A GOAWAY for HTTP/2; HTTP/1 closes at once.
+                            connection.as_mut().graceful_shutdown();
+                            let _ = tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await;
+                        }
+                        break;
+                    }
+                    () = stopping.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = connection.await;
+                        break;
+                    }
                 }
             }
             drop(permit);
@@ -142,4 +179,28 @@ where
         tracing::warn!(grace_period = ?limits.grace_period, "requests still running at the end of the grace period were cut off");
     }
     Ok(())
+}
+
+/// Bytes of head hyper buffers before it refuses a request.
+fn builder_head_cap(limits: &ServerLimits) -> usize {
+    limits.max_header_bytes.max(MIN_HEADER_BUFFER)
+}
+
+/// HTTP/1.1 and HTTP/2, told apart by what the client sends first.
+fn protocols(limits: &ServerLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(builder_head_cap(limits))
+        .max_headers(limits.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        // A peer that vanished mid-request (no FIN, no RST) is found by its missing pong.
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(limits.header_read_timeout);
+    builder
 }
