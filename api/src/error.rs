@@ -105,6 +105,18 @@ impl ApiError {
     }
 }
 
+/// An error and its causes, for a log line.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// decisions.md's status ↔ code table, for errors that only have a status (poem's own).
 pub fn code_for_status(status: StatusCode) -> ErrorCode {
     match status.as_u16() {

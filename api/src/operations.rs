@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
+use lectern_schema::ops::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
 
 use crate::db;
 use crate::db::connections::ReadConnections;
+use crate::db::notifications::ListenerHealth;
 
 /// Names of the metrics the API records (one place, so the README and tests agree).
 pub mod names {
@@ -19,6 +20,10 @@ pub mod names {
     pub const POOL_CONNECTIONS: &str = "lectern_db_pool_connections";
     pub const POOL_MAX: &str = "lectern_db_pool_max_connections";
     pub const RATE_LIMITED: &str = "lectern_rate_limited_total";
+    /// 1 while the change listener is up and proved alive, else 0 (caches bypassed).
+    pub const LISTENER_UP: &str = "lectern_api_change_listener_up";
+    /// Times the change listener was given up, by `reason`.
+    pub const LISTENER_FAILURES: &str = "lectern_api_change_listener_failures_total";
     pub const CONNECTIONS_REFUSED: &str = "lectern_http_connections_refused_total";
     /// Connections closed for sending no request head in time (`reason="no_request"`)
     /// or for staying idle after their last response (`reason="idle"`).
@@ -26,8 +31,9 @@ pub mod names {
 }
 
 /// Ready when a statement runs and every migration this build knows is applied
-/// (a newer schema from a later release is fine: migrations only add).
-pub async fn readiness(pool: &PgPool) -> Result<(), Problems> {
+/// (a newer schema from a later release is fine: migrations only add); degraded while
+/// the change listener is down (the caches are bypassed, every answer still correct).
+pub async fn readiness(pool: &PgPool, listener: &ListenerHealth) -> Result<Degraded, Problems> {
     let query = sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(pool);
     let applied: Vec<i64> = tokio::time::timeout(DEPENDENCY_TIMEOUT, query)
         .await
@@ -39,7 +45,7 @@ pub async fn readiness(pool: &PgPool) -> Result<(), Problems> {
         .map(|migration| format!("{} {}", migration.version, migration.description))
         .collect();
     if missing.is_empty() {
-        Ok(())
+        Ok(listener.problem().into_iter().collect())
     } else {
         Err(vec![format!("migrations not applied (run `lectern-api migrate`): {}", missing.join(", "))])
     }
@@ -56,10 +62,11 @@ fn describe_database_problem(error: &sqlx::Error) -> String {
 }
 
 /// The readiness check as the operations listener takes it.
-pub fn readiness_check(pool: PgPool) -> ReadinessCheck {
+pub fn readiness_check(pool: PgPool, listener: Arc<ListenerHealth>) -> ReadinessCheck {
     Arc::new(move || {
         let pool = pool.clone();
-        Box::pin(async move { readiness(&pool).await })
+        let listener = listener.clone();
+        Box::pin(async move { readiness(&pool, &listener).await })
     })
 }
 

@@ -1,13 +1,16 @@
 //! Rate limits: a GCRA token bucket per API key (the contract's 429), and one per
-//! client address for key lookups that reach the database, so a flood of made-up
-//! keys costs PostgreSQL at most a trickle of queries.
+//! client address for key lookups that fail (an unknown key id or a wrong secret), so
+//! a flood of made-up keys costs PostgreSQL at most a trickle of queries. A lookup of a
+//! real key is never charged: many integrations behind one proxy share its address.
 //!
 //! Buckets live in this process: with several replicas a key's effective limit is
 //! the per-replica limit times the replicas its requests spread over (README).
 
-use std::net::IpAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -63,8 +66,25 @@ impl Standing {
 pub struct RateLimits {
     per_key: Keyed<String>,
     per_key_policy: Policy,
-    lookups_per_address: Keyed<IpAddr>,
+    failed_lookups_per_address: Keyed<IpAddr>,
+    /// Addresses whose failed lookups emptied their bucket, until when: lookups of
+    /// keys not yet verified from there are refused meanwhile, without a query.
+    refusing_lookups: Mutex<HashMap<IpAddr, Instant>>,
+    /// How long an empty lookup bucket takes to hold one more lookup.
+    lookup_refill: Duration,
     clock: DefaultClock,
+}
+
+/// The address a client's lookups count under: IPv4 by address, IPv6 by its /64, the
+/// block one host is usually given (rotating addresses within it must not escape).
+fn lookup_bucket(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(_) => address,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX))),
+        },
+    }
 }
 
 impl RateLimits {
@@ -72,8 +92,10 @@ impl RateLimits {
         Self {
             per_key: RateLimiter::keyed(per_key.quota()).with_middleware::<StateInformationMiddleware>(),
             per_key_policy: per_key,
-            lookups_per_address: RateLimiter::keyed(lookups_per_address.quota())
+            failed_lookups_per_address: RateLimiter::keyed(lookups_per_address.quota())
                 .with_middleware::<StateInformationMiddleware>(),
+            refusing_lookups: Mutex::default(),
+            lookup_refill: Duration::from_secs(60) / lookups_per_address.per_minute.get(),
             clock: DefaultClock::default(),
         }
     }
@@ -105,21 +127,41 @@ impl RateLimits {
         }
     }
 
-    /// Counts one database lookup of an uncached key from `address`; `Err` holds the
-    /// seconds until another is allowed.
+    /// `Err` with the seconds to wait while `address` may not look up keys it has not
+    /// verified before (its failed lookups emptied its bucket).
     pub fn check_lookup(&self, address: IpAddr) -> Result<(), u64> {
-        self.lookups_per_address
-            .check_key(&address)
-            .map(|_| ())
-            .map_err(|not_until| ceil_secs(not_until.wait_time_from(self.clock.now())).max(1))
+        let refusing = self.lock_refusing();
+        match refusing.get(&lookup_bucket(address)) {
+            Some(until) if *until > Instant::now() => Err(ceil_secs(*until - Instant::now()).max(1)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a lookup from `address` that found no key or a wrong secret; the one that
+    /// empties the address's bucket starts its refusal.
+    pub fn count_failed_lookup(&self, address: IpAddr) {
+        let bucket = lookup_bucket(address);
+        let refuse_for = match self.failed_lookups_per_address.check_key(&bucket) {
+            Ok(snapshot) if snapshot.remaining_burst_capacity() > 0 => return,
+            Ok(_) => self.lookup_refill,
+            Err(not_until) => not_until.wait_time_from(self.clock.now()),
+        };
+        self.lock_refusing().insert(bucket, Instant::now() + refuse_for);
+    }
+
+    fn lock_refusing(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Instant>> {
+        // Single inserts and removals: a poisoned lock still holds a consistent map.
+        self.refusing_lookups.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Forgets callers whose buckets are full again, so memory follows active callers.
     pub fn forget_idle(&self) {
         self.per_key.retain_recent();
-        self.lookups_per_address.retain_recent();
+        self.failed_lookups_per_address.retain_recent();
         self.per_key.shrink_to_fit();
-        self.lookups_per_address.shrink_to_fit();
+        self.failed_lookups_per_address.shrink_to_fit();
+        let now = Instant::now();
+        self.lock_refusing().retain(|_, until| *until > now);
     }
 }
 
@@ -160,12 +202,29 @@ mod tests {
     }
 
     #[test]
-    fn lookups_are_limited_per_address() {
+    fn failed_lookups_are_limited_per_address_and_successful_ones_cost_nothing() {
         let limits = RateLimits::new(policy(60, 1), policy(60, 2));
         let flooder: IpAddr = [10, 0, 0, 1].into();
         assert!(limits.check_lookup(flooder).is_ok());
-        assert!(limits.check_lookup(flooder).is_ok());
-        assert!(limits.check_lookup(flooder).is_err());
-        assert!(limits.check_lookup([10, 0, 0, 2].into()).is_ok());
+        limits.count_failed_lookup(flooder);
+        assert!(limits.check_lookup(flooder).is_ok(), "one failure with a burst of two");
+        limits.count_failed_lookup(flooder);
+        assert!(limits.check_lookup(flooder).is_err(), "two failures with a burst of two");
+        assert!(limits.check_lookup([10, 0, 0, 2].into()).is_ok(), "another address is not affected");
+    }
+
+    #[test]
+    fn ipv6_lookups_count_per_64_block_and_mapped_ipv4_as_ipv4() {
+        let limits = RateLimits::new(policy(60, 1), policy(60, 1));
+        let first: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let rotated: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:fffe".parse().unwrap();
+        let neighbour: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        limits.count_failed_lookup(first);
+        assert!(limits.check_lookup(rotated).is_err(), "an address in the same /64 escaped the bucket");
+        assert!(limits.check_lookup(neighbour).is_ok(), "the next /64 is another client");
+
+        let mapped: IpAddr = "::ffff:10.0.0.9".parse().unwrap();
+        limits.count_failed_lookup(mapped);
+        assert!(limits.check_lookup([10, 0, 0, 9].into()).is_err(), "a mapped IPv4 address is that IPv4 address");
     }
 }

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use async_nats::connection::State;
-use lectern_schema::ops::server::{BeforeScrape, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
+use lectern_schema::ops::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
 
 /// Ready when the NATS connection is up and PostgreSQL answers a statement.
-pub async fn readiness(client: &async_nats::Client, pool: &PgPool) -> Result<(), Problems> {
+pub async fn readiness(client: &async_nats::Client, pool: &PgPool) -> Result<Degraded, Problems> {
     let mut problems = Vec::new();
     if client.connection_state() != State::Connected {
         problems.push(format!("not connected to NATS (connection {})", describe(client.connection_state())));
@@ -19,7 +19,7 @@ pub async fn readiness(client: &async_nats::Client, pool: &PgPool) -> Result<(),
         Err(_) => problems.push(format!("PostgreSQL is unreachable: no answer within {DEPENDENCY_TIMEOUT:?}")),
     }
     if problems.is_empty() {
-        Ok(())
+        Ok(Degraded::new())
     } else {
         Err(problems)
     }

@@ -102,6 +102,7 @@ impl TestApp {
             cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
             rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),
             first_pages: Arc::default(),
+            change_listener: Arc::default(),
             workspace_sizes: WorkspaceSizes::new(options.walks),
             contacts: Lookups::new(pool.clone()),
             items: Lookups::new(pool.clone()),

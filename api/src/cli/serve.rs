@@ -14,6 +14,7 @@ use crate::config::ServeArgs;
 use crate::db;
 use crate::db::connections::ReadConnections;
 use crate::db::lookups::Lookups;
+use crate::db::notifications::ListenerHealth;
 use crate::db::workspace_sizes::WorkspaceSizes;
 use crate::error::CommandError;
 use crate::http::{AppState, Application};
@@ -50,6 +51,7 @@ pub struct Bound {
     operations: OperationsServer,
     pool: PgPool,
     reads: ReadConnections,
+    change_listener: Arc<ListenerHealth>,
     max_connections: u32,
 }
 
@@ -64,10 +66,12 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         pool: pool.clone(),
         rate_limits: args.rate_limits.limits(),
         first_pages: Arc::default(),
+        change_listener: Arc::default(),
         workspace_sizes: WorkspaceSizes::new(args.walk_settings()),
         contacts: Lookups::new(pool.clone()),
         items: Lookups::new(pool.clone()),
     };
+    let change_listener = state.change_listener.clone();
     let application = Application::build(args.listen, state)
         .await
         .map_err(|source| CommandError::Listen { setting: "--listen/LECTERN_LISTEN", address: args.listen, source })?
@@ -83,7 +87,7 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         environment = args.environment.as_str(),
         "lectern-api listening"
     );
-    Ok(Bound { application, operations, pool, reads, max_connections: args.pool.db_pool_size })
+    Ok(Bound { application, operations, pool, reads, change_listener, max_connections: args.pool.db_pool_size })
 }
 
 fn address_or(bound: Option<SocketAddr>, configured: SocketAddr) -> SocketAddr {
@@ -101,7 +105,7 @@ impl Bound {
 
     /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), CommandError> {
-        let readiness = operations::readiness_check(self.pool.clone());
+        let readiness = operations::readiness_check(self.pool.clone(), self.change_listener.clone());
         let gauges = operations::pool_gauges(self.pool.clone(), self.reads.clone(), self.max_connections);
         let operations_stopped = shutdown.clone();
         let operations = tokio::spawn(self.operations.run(readiness, gauges, async move {

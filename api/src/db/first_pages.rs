@@ -10,7 +10,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use uuid::Uuid;
@@ -53,6 +53,10 @@ pub struct FirstPages {
     /// Bumped per workspace on every notification, so a query that started before a
     /// change and finished after it does not cache what it read.
     generations: Mutex<HashMap<Uuid, u64>>,
+    /// Bumped whenever everything is forgotten (every listener outage and reconnect):
+    /// a workspace with no generation yet may have changed unnotified meanwhile, and
+    /// a query that started before must not cache what it read.
+    epoch: AtomicU64,
     /// True only while the LISTEN connection is up ([`super::notifications`]).
     listening: AtomicBool,
 }
@@ -67,6 +71,7 @@ impl Default for FirstPages {
 #[derive(Clone, Copy, Debug)]
 pub struct Ticket {
     generation: u64,
+    epoch: u64,
     trusted: bool,
 }
 
@@ -87,6 +92,8 @@ impl Invalidated for FirstPages {
         for generation in generations.values_mut() {
             *generation += 1;
         }
+        // Under the generations' lock, which `put` holds while it checks the ticket.
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         *self.write_pages() = Pages::default();
     }
 
@@ -102,6 +109,7 @@ impl FirstPages {
             pages: RwLock::default(),
             budget_bytes,
             generations: Mutex::default(),
+            epoch: AtomicU64::new(0),
             listening: AtomicBool::new(false),
         }
     }
@@ -118,8 +126,9 @@ impl FirstPages {
     /// Taken before querying, handed back to [`FirstPages::put`].
     pub fn ticket(&self, workspace_id: Uuid) -> Ticket {
         let trusted = self.trusted();
-        let generation = self.lock_generations().get(&workspace_id).copied().unwrap_or(0);
-        Ticket { generation, trusted }
+        let generations = self.lock_generations();
+        let generation = generations.get(&workspace_id).copied().unwrap_or(0);
+        Ticket { generation, epoch: self.epoch.load(Ordering::Acquire), trusted }
     }
 
     /// Caches `page`, which holds `bytes`, unless the workspace changed since `ticket`
@@ -129,7 +138,9 @@ impl FirstPages {
             return;
         }
         let generations = self.lock_generations();
-        if generations.get(&key.workspace_id).copied().unwrap_or(0) != ticket.generation {
+        if generations.get(&key.workspace_id).copied().unwrap_or(0) != ticket.generation
+            || self.epoch.load(Ordering::Acquire) != ticket.epoch
+        {
             return;
         }
         let mut pages = self.write_pages();
@@ -207,6 +218,18 @@ mod tests {
         cache.evict_workspace(workspace);
         cache.put(key(workspace), ticket, Arc::new(vec![1_u8]), 1);
         assert!(cache.get::<Vec<u8>>(&key(workspace)).is_none());
+    }
+
+    #[test]
+    fn a_query_that_began_before_a_listener_outage_is_not_cached_after_the_reconnect() {
+        let cache = listening_cache();
+        // A workspace the cache has never heard of: no generation of its own to bump.
+        let workspace = Uuid::from_u128(7);
+        let ticket = cache.ticket(workspace);
+        cache.reset(false);
+        cache.reset(true);
+        cache.put(key(workspace), ticket, Arc::new(vec![1_u8]), 1);
+        assert!(cache.get::<Vec<u8>>(&key(workspace)).is_none(), "a page read before the outage was cached");
     }
 
     #[test]

@@ -43,11 +43,18 @@ async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Re
     let limit_lookups = || match address.map(|address| state.rate_limits.check_lookup(address)) {
         Some(Err(retry_after_secs)) => {
             caller::record(|caller| caller.lookup_retry_after_secs = Some(retry_after_secs));
+            metrics::counter!(crate::operations::names::RATE_LIMITED, "limit" => "key_lookups_per_address")
+                .increment(1);
             Err(ApiError::RateLimited { retry_after_secs })
         }
         _ => Ok(()),
     };
-    let principal = state.authenticator.authenticate(presented, limit_lookups).await?;
+    let count_failure = || {
+        if let Some(address) = address {
+            state.rate_limits.count_failed_lookup(address);
+        }
+    };
+    let principal = state.authenticator.authenticate(presented, limit_lookups, count_failure).await?;
     let standing = state.rate_limits.check_key(&principal.key_id);
     caller::record(|caller| {
         caller.key_id = Some(principal.key_id.clone());

@@ -40,7 +40,7 @@ impl ErrorResponse {
     /// The body for `error` in the request being served; logs the cause of 5xx errors.
     pub fn for_current_request(error: &ApiError) -> Self {
         if error.status().is_server_error() {
-            tracing::error!(error = %error_chain(error), "request failed");
+            tracing::error!(error = %crate::error::chain(error), "request failed");
         }
         Self {
             error: ErrorInfo { code: error.code(), message: error.public_message(), details: error.details() },
@@ -60,17 +60,6 @@ impl ErrorResponse {
     pub(crate) fn to_json(&self) -> String {
         poem_openapi::types::ToJSON::to_json_string(self)
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Declares an operation's error responses: an `ApiResponse` enum listing exactly the

@@ -32,7 +32,7 @@ use crate::db::contacts::Contacts;
 use crate::db::first_pages::FirstPages;
 use crate::db::items::Items;
 use crate::db::lookups::Lookups;
-use crate::db::notifications::{self, Invalidated};
+use crate::db::notifications::{self, Invalidated, ListenerHealth};
 use crate::db::workspace_sizes::WorkspaceSizes;
 use crate::error::ApiError;
 use crate::keys::Authenticator;
@@ -54,6 +54,8 @@ pub struct AppState {
     pub first_pages: Arc<FirstPages>,
     /// Which workspaces a search walks (see [`crate::db::workspace_sizes`]).
     pub workspace_sizes: WorkspaceSizes,
+    /// Whether the change listener that keeps both caches fresh is up.
+    pub change_listener: Arc<ListenerHealth>,
     /// Retrieves by id, answered in batches.
     pub contacts: Arc<Lookups<Contacts>>,
     pub items: Arc<Lookups<Items>>,
@@ -88,7 +90,7 @@ query_param_type!(RecordId, "RecordId", MetaSchema::new_with_format("string", "u
 pub fn app(state: Arc<AppState>) -> impl Endpoint {
     let document = openapi::document();
     let reference = openapi::reference_page(&document);
-    let readiness = crate::operations::readiness_check(state.pool.clone());
+    let readiness = crate::operations::readiness_check(state.pool.clone(), state.change_listener.clone());
     Route::new()
         .at(
             "/v1/openapi.json",
@@ -140,7 +142,8 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let authenticator = self.state.authenticator.clone();
         let caches: Vec<Arc<dyn Invalidated>> = vec![authenticator.clone(), self.state.first_pages.clone()];
-        let listener = tokio::spawn(notifications::follow(self.state.pool.clone(), caches));
+        let listener =
+            tokio::spawn(notifications::follow(self.state.pool.clone(), caches, self.state.change_listener.clone()));
         let flusher = tokio::spawn(authenticator.clone().flush_last_used_periodically());
         let state = self.state.clone();
         let forgetter = tokio::spawn(async move {

@@ -1,10 +1,16 @@
 //! Verifies presented keys against an in-process cache of key records.
 //!
 //! The hot path reads no table: records are cached after first use, and a
-//! `LISTEN lectern_api_keys` connection evicts a record the moment its row changes,
-//! which is how a revocation reaches every API process within a second. While that
-//! connection is down the cache is bypassed, so a missed notification can never keep a
-//! revoked key alive. Last-used times are collected here and flushed in batches.
+//! `LISTEN lectern_api_keys` connection evicts a record the moment its row changes
+//! (every record at a `TRUNCATE`), which is how a revocation reaches every API process
+//! within a second. While that connection is down, or not proved alive by its
+//! heartbeat, the cache is bypassed, so a missed notification can never keep a revoked
+//! key alive. Last-used times are collected here and flushed in batches.
+//!
+//! Lookups that reach the database are limited per client address only until the
+//! key has been verified once: this process remembers each verified key's secret hash
+//! (a fact, not a permission: the record is still read and checked every time), so a
+//! real key is never refused by that limit, even while the cache is bypassed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +29,8 @@ use crate::operations::names::KEY_CACHE;
 
 /// The channel `api_keys`' trigger notifies with the changed key id.
 pub const KEY_CHANGES_CHANNEL: &str = "lectern_api_keys";
+/// The payload that names every key: `api_keys` was truncated.
+const EVERY_KEY: &str = "*";
 /// How often last-used times are written back.
 const LAST_USED_FLUSH_EVERY: Duration = Duration::from_secs(5);
 
@@ -61,6 +69,9 @@ pub struct Authenticator {
     generation: AtomicU64,
     /// True only while the LISTEN connection is up; the cache is trusted only then.
     listening: AtomicBool,
+    /// The secret hash of every key verified by this process, by key id: a lookup of
+    /// a key whose presented secret matches is not charged to its address.
+    verified: RwLock<HashMap<String, Vec<u8>>>,
     last_used: Mutex<HashMap<String, DateTime<Utc>>>,
 }
 
@@ -70,6 +81,10 @@ impl Invalidated for Authenticator {
     }
 
     fn evict(&self, key_id: &str) {
+        if key_id == EVERY_KEY {
+            self.write_verified().clear();
+            return self.forget_everything();
+        }
         let mut cache = self.write_cache();
         cache.remove(key_id);
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -95,18 +110,21 @@ impl Authenticator {
             cache: RwLock::default(),
             generation: AtomicU64::new(0),
             listening: AtomicBool::new(false),
+            verified: RwLock::default(),
             last_used: Mutex::default(),
         }
     }
 
     /// Checks a presented key: 401 for anything but a live, unexpired key of this
     /// deployment's environment whose secret matches; 503 if it cannot be looked up.
-    /// `before_lookup` runs only when the key must be read from the database (not
-    /// cached), and can refuse that lookup.
+    /// `before_unverified_lookup` runs only when a key this process has not verified
+    /// before must be read from the database, and can refuse that lookup;
+    /// `after_failed_lookup` runs when such a read found no key or a wrong secret.
     pub async fn authenticate(
         &self,
         presented: &str,
-        before_lookup: impl FnOnce() -> Result<(), ApiError>,
+        before_unverified_lookup: impl FnOnce() -> Result<(), ApiError>,
+        after_failed_lookup: impl FnOnce(),
     ) -> Result<Principal, ApiError> {
         let key = ParsedKey::parse(presented).map_err(|_| ApiError::Unauthorized(MALFORMED))?;
         if key.environment != self.environment {
@@ -115,9 +133,17 @@ impl Authenticator {
                 Environment::Test => TEST_ONLY,
             }));
         }
-        let record = self.lookup(&key.key_id, before_lookup).await?.ok_or(ApiError::Unauthorized(INVALID))?;
-        if !self.pepper.verify(&key, &record.secret_hmac) || record.environment() != Some(self.environment) {
+        let (record, read) = self.lookup(&key, before_unverified_lookup).await?;
+        let Some(record) = record.filter(|record| {
+            self.pepper.verify(&key, &record.secret_hmac) && record.environment() == Some(self.environment)
+        }) else {
+            if read {
+                after_failed_lookup();
+            }
             return Err(ApiError::Unauthorized(INVALID));
+        };
+        if read {
+            self.write_verified().insert(record.id.clone(), record.secret_hmac.clone());
         }
         let now = Utc::now();
         if record.revoked_at.is_some_and(|at| at <= now) {
@@ -134,29 +160,44 @@ impl Authenticator {
         })
     }
 
+    /// The key's record, from the cache or the database, and whether it was read from
+    /// the database.
     async fn lookup(
         &self,
-        key_id: &str,
-        before_lookup: impl FnOnce() -> Result<(), ApiError>,
-    ) -> Result<Option<Arc<AuthRecord>>, ApiError> {
+        key: &ParsedKey,
+        before_unverified_lookup: impl FnOnce() -> Result<(), ApiError>,
+    ) -> Result<(Option<Arc<AuthRecord>>, bool), ApiError> {
+        let key_id = &key.key_id;
         let trusted = self.trusted();
         if trusted {
             if let Some(hit) = self.read_cache().get(key_id) {
                 metrics::counter!(KEY_CACHE, "result" => "hit").increment(1);
-                return Ok(Some(hit.clone()));
+                return Ok((Some(hit.clone()), false));
             }
         }
         metrics::counter!(KEY_CACHE, "result" => if trusted { "miss" } else { "bypassed" }).increment(1);
-        before_lookup()?;
+        if !self.verified_before(key) {
+            before_unverified_lookup()?;
+        }
         let generation = self.generation.load(Ordering::Acquire);
         let record = store::find_for_auth(&self.pool, key_id).await?.map(Arc::new);
         if let Some(record) = &record {
             let mut cache = self.write_cache();
             if trusted && self.generation.load(Ordering::Acquire) == generation {
-                cache.insert(key_id.to_owned(), record.clone());
+                cache.insert(key_id.clone(), record.clone());
             }
         }
-        Ok(record)
+        Ok((record, true))
+    }
+
+    /// Whether `key`'s secret is the one this process verified for its id before.
+    fn verified_before(&self, key: &ParsedKey) -> bool {
+        let verified = self.verified.read().unwrap_or_else(PoisonError::into_inner);
+        verified.get(&key.key_id).is_some_and(|secret_hmac| self.pepper.verify(key, secret_hmac))
+    }
+
+    fn write_verified(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Vec<u8>>> {
+        self.verified.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     // A panic while holding these locks cannot leave the maps inconsistent (each

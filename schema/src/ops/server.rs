@@ -46,8 +46,12 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
 
 /// Why a process is not ready, one line per problem.
 pub type Problems = Vec<String>;
+/// What a ready process still wants operators to know: it works, but degraded (say,
+/// with a cache bypassed).
+pub type Degraded = Vec<String>;
 /// A readiness probe: `Ok` when the process can do its work now.
-pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), Problems>> + Send>> + Send + Sync>;
+pub type ReadinessCheck =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Degraded, Problems>> + Send>> + Send + Sync>;
 /// Refreshes gauges that are read rather than counted (pool usage), before a scrape.
 pub type BeforeScrape = Arc<dyn Fn() + Send + Sync>;
 
@@ -58,13 +62,15 @@ pub const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 /// probe's own limit, so the answer can still name the dependency that did not answer.
 pub const DEPENDENCY_TIMEOUT: Duration = Duration::from_millis(1_500);
 
-/// Answers a readiness probe: 200 `{"status":"ready"}` or 503 with the problems.
+/// Answers a readiness probe: 200 `{"status":"ready"}` (with `degraded` when there is
+/// something to know), or 503 with the problems.
 pub async fn readiness_response(check: &ReadinessCheck) -> Response {
     let outcome = tokio::time::timeout(READINESS_TIMEOUT, check())
         .await
         .unwrap_or_else(|_| Err(vec![format!("readiness check took longer than {READINESS_TIMEOUT:?}")]));
     let (status, body) = match outcome {
-        Ok(()) => (StatusCode::OK, serde_json::json!({ "status": "ready" })),
+        Ok(degraded) if degraded.is_empty() => (StatusCode::OK, serde_json::json!({ "status": "ready" })),
+        Ok(degraded) => (StatusCode::OK, serde_json::json!({ "status": "ready", "degraded": degraded })),
         Err(problems) => {
             (StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "status": "not ready", "problems": problems }))
         }

@@ -14,6 +14,7 @@ mod contract;
 mod first_pages;
 mod isolation;
 mod items;
+mod listener;
 mod listing;
 mod lookups;
 mod openapi;
