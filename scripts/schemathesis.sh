@@ -88,16 +88,19 @@ start_run() {
   echo "schemathesis.sh: run '$name': up to $count generated cases per operation, seed $seed"
 }
 
+# Prints a run's case count, and how many of them its examples phase sent.
 cases_in() {
   "$python" - "$1" <<'PY'
 import json, sys
-cases = 0
+cases = examples = 0
 with open(sys.argv[1]) as events:
     for line in events:
-        event = json.loads(line)
-        if "ScenarioFinished" in event:
-            cases += len(event["ScenarioFinished"].get("recorder", {}).get("cases", {}))
-print(cases)
+        scenario = json.loads(line).get("ScenarioFinished")
+        if scenario:
+            count = len(scenario.get("recorder", {}).get("cases", {}))
+            cases += count
+            examples += count if scenario.get("phase") == "examples" else 0
+print(cases, examples)
 PY
 }
 
@@ -108,6 +111,7 @@ start_run items "$key" "$examples" --include-path-regex '^/v1/items'
 start_run invalid-key "lk_live_AAAAAAAAAAAAAAAA_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" "$bad_key_examples"
 
 total=0
+total_examples=0
 failed=0
 for index in "${!run_pids[@]}"; do
   name=${run_names[$index]}
@@ -115,9 +119,11 @@ for index in "${!run_pids[@]}"; do
   wait "${run_pids[$index]}" || status=$?
   echo "----- schemathesis run '$name' -----"
   cat "$work/$name.out"
-  cases=$(cases_in "$work/$name.ndjson" 2>/dev/null) || cases=0
-  echo "schemathesis.sh: run '$name': $cases cases, exit $status (at ${SECONDS}s)"
+  counts=$(cases_in "$work/$name.ndjson" 2>/dev/null) || counts="0 0"
+  read -r cases from_examples <<<"$counts"
+  echo "schemathesis.sh: run '$name': $cases cases ($from_examples from the document's examples), exit $status (at ${SECONDS}s)"
   total=$((total + cases))
+  total_examples=$((total_examples + from_examples))
   [[ $status -eq 0 ]] || failed=1
 done
 
@@ -126,6 +132,10 @@ if seeded_api_logged_errors >&2; then
   failed=1
 fi
 echo "schemathesis.sh: $total test cases in total"
+echo "schemathesis.sh: $total_examples cases in the examples phase"
 [[ $total -ge 2000 ]] || { echo "schemathesis.sh: fewer than 2000 cases were generated" >&2; failed=1; }
+# The document gives examples for every parameter but the cursor (an example cursor
+# would only ever be refused), so the examples phase must have sent some.
+[[ $total_examples -gt 0 ]] || { echo "schemathesis.sh: the examples phase sent no case" >&2; failed=1; }
 [[ $failed -eq 0 ]] || fail "failures found (see above)"
 echo "schemathesis.sh: passed"

@@ -1,6 +1,7 @@
 //! Schemathesis (PyPI) against the OpenAPI document the real server serves, through
 //! `scripts/schemathesis.sh`: thousands of generated requests, and every answer must
-//! be documented (status, content type, headers, body schema) and never a 5xx.
+//! be documented (status, content type, headers, body schema) and never a 5xx; the
+//! document's own parameter examples among them.
 //!
 //! The script needs python3 and PyPI (once, for its venv under `target/`). Without
 //! them this test fails with the script's message: it never passes without running.
@@ -18,4 +19,7 @@ async fn schemathesis_finds_no_server_error_or_undocumented_response() {
 
     let total = reported_count(&stdout, "schemathesis.sh", " test cases in total");
     assert!(total >= 2_000, "only {total} cases were generated:\n{stdout}");
+    // The document's parameter examples are sent too, not only generated values.
+    let from_examples = reported_count(&stdout, "schemathesis.sh", " cases in the examples phase");
+    assert!(from_examples > 0, "the examples phase sent no case:\n{stdout}");
 }
