@@ -147,24 +147,45 @@ def expect_error(response, status, code, models):
     return body
 
 
+def walk_listing(name, operation, client, listing, expected):
+    """Every record of a listing in both sorts, filtered by a kind and searched; each
+    walk must give exactly the records the full walk says it should. `listing` holds the
+    page model, the name sort, the kind filter with its predicate, and the search text
+    with the fields it looks in. Returns the full walk's records and its page count."""
+    records, pages = walk(operation, client, listing.page)
+    check(len(records) == expected, f"{name}: walked {len(records)}, the database has {expected} active")
+    ids = [record.id for record in records]
+    check(len(set(ids)) == len(ids), f"{name}: a record came twice")
+    check(ids == by_created_at(records), f"{name}: not in createdAt, id order")
+    by_name, _ = walk(operation, client, listing.page, sort=listing.by_name)
+    check({r.id for r in by_name} == set(ids), f"{name} by name: not the same records")
+    of_kind, _ = walk(operation, client, listing.page, type_=listing.kind)
+    wanted = {r.id for r in records if listing.in_kind(r)}
+    check({r.id for r in of_kind} == wanted, f"{name} type={listing.kind.value}: not exactly the records of that type")
+    found, _ = walk(operation, client, listing.page, search=listing.search, sort=listing.by_name)
+    text = listing.search.lower()
+    matching = {r.id for r in records if any(text in (field or "").lower() for field in listing.searched(r))}
+    check(found and {r.id for r in found} == matching, f"{name} search={listing.search}: not exactly the matching ones")
+    return records, pages
+
+
+def retrieve_as_listed(operation, client, envelope_type, record):
+    """Retrieves `record` by id: it must parse as the envelope and equal the listed one."""
+    one = operation.sync_detailed(record.id, client=client)
+    check(one.status_code == 200 and isinstance(one.parsed, envelope_type), f"{record.id}: {one.status_code}")
+    check(one.parsed.data.to_dict() == record.to_dict(), f"{record.id}: retrieved differs from listed")
+
+
 def walk_contacts(client, api, models, expected):
-    contacts, pages = walk(api.list_contacts, client, models.ContactList)
-    check(len(contacts) == expected, f"contacts: walked {len(contacts)}, the database has {expected} active")
-    ids = [contact.id for contact in contacts]
-    check(len(set(ids)) == len(ids), "contacts: a record came twice")
-    check(ids == by_created_at(contacts), "contacts: not in createdAt, id order")
-    by_name, _ = walk(api.list_contacts, client, models.ContactList, sort=models.ListContactsSort.NAME)
-    check({c.id for c in by_name} == set(ids), "contacts by name: not the same records")
-    suppliers, _ = walk(api.list_contacts, client, models.ContactList, type_=models.ListContactsType.SUPPLIER)
-    check(
-        {c.id for c in suppliers} == {c.id for c in contacts if c.is_supplier},
-        "contacts type=supplier: not exactly the suppliers",
+    listing = SimpleNamespace(
+        page=models.ContactList,
+        by_name=models.ListContactsSort.NAME,
+        kind=models.ListContactsType.SUPPLIER,
+        in_kind=lambda contact: contact.is_supplier,
+        search="ACME",
+        searched=lambda contact: (contact.name, contact.email, contact.phone, contact.tin),
     )
-    found, _ = walk(api.list_contacts, client, models.ContactList, search="ACME")
-    matching = {
-        c.id for c in contacts if any("acme" in (text or "").lower() for text in (c.name, c.email, c.phone, c.tin))
-    }
-    check(found and {c.id for c in found} == matching, "contacts search=ACME: not exactly the matching ones")
+    contacts, pages = walk_listing("contacts", api.list_contacts, client, listing, expected)
 
     # What the typed models hold: nulls as None, Unicode intact, instants as UTC datetimes.
     check(all(isinstance(c.id, uuid.UUID) for c in contacts), "contacts: an id that is not a UUID")
@@ -184,33 +205,20 @@ def walk_contacts(client, api, models, expected):
     check(any("\n" in (c.address or "") for c in contacts), "contacts: the two-line address did not survive")
 
     for contact in (contacts[0], contacts[-1], next(c for c in contacts if c.email is None)):
-        one = api.get_contact.sync_detailed(contact.id, client=client)
-        check(
-            one.status_code == 200 and isinstance(one.parsed, models.ContactEnvelope),
-            f"getContact {contact.id}: {one.status_code}",
-        )
-        check(one.parsed.data.to_dict() == contact.to_dict(), f"getContact {contact.id}: differs from the listing")
+        retrieve_as_listed(api.get_contact, client, models.ContactEnvelope, contact)
     return len(contacts), pages
 
 
 def walk_items(client, api, models, expected):
-    items, pages = walk(api.list_items, client, models.ItemList)
-    check(len(items) == expected, f"items: walked {len(items)}, the database has {expected} active")
-    ids = [item.id for item in items]
-    check(len(set(ids)) == len(ids), "items: a record came twice")
-    check(ids == by_created_at(items), "items: not in createdAt, id order")
-    by_name, _ = walk(api.list_items, client, models.ItemList, sort=models.ListItemsSort.NAME)
-    check({i.id for i in by_name} == set(ids), "items by name: not the same records")
-    products, _ = walk(api.list_items, client, models.ItemList, type_=models.ListItemsType.PRODUCT)
-    check(
-        {i.id for i in products} == {i.id for i in items if i.type_ == models.ItemType.PRODUCT},
-        "items type=product: not exactly the products",
+    listing = SimpleNamespace(
+        page=models.ItemList,
+        by_name=models.ListItemsSort.NAME,
+        kind=models.ListItemsType.PRODUCT,
+        in_kind=lambda item: item.type_ == models.ItemType.PRODUCT,
+        search="schraube",
+        searched=lambda item: (item.name, item.sku, item.description),
     )
-    found, _ = walk(api.list_items, client, models.ItemList, search="schraube", sort=models.ListItemsSort.NAME)
-    matching = {
-        i.id for i in items if any("schraube" in (text or "").lower() for text in (i.name, i.sku, i.description))
-    }
-    check(found and {i.id for i in found} == matching, "items search=schraube: not exactly the matching ones")
+    items, pages = walk_listing("items", api.list_items, client, listing, expected)
 
     # Prices: a Money of exact decimal strings, or None; never a float.
     prices = [price for item in items for price in (item.sale_price, item.purchase_price)]
@@ -230,12 +238,7 @@ def walk_items(client, api, models, expected):
     null_priced = next(i for i in items if i.sale_price is None)
     priced = next(i for i in items if i.sale_price is not None and i.purchase_price is not None)
     for item in (null_priced, priced):
-        one = api.get_item.sync_detailed(item.id, client=client)
-        check(
-            one.status_code == 200 and isinstance(one.parsed, models.ItemEnvelope),
-            f"getItem {item.id}: {one.status_code}",
-        )
-        check(one.parsed.data.to_dict() == item.to_dict(), f"getItem {item.id}: differs from the listing")
+        retrieve_as_listed(api.get_item, client, models.ItemEnvelope, item)
     return len(items), pages
 
 

@@ -159,6 +159,14 @@ fn required_names(schema: &Value) -> BTreeSet<&str> {
     schema["required"].as_array().map(|all| all.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
+/// `schema` has exactly `fields`, all required, and no other property is allowed.
+fn assert_closed_with_exactly_required(schema: &Value, fields: &[&str]) {
+    let expected: BTreeSet<&str> = fields.iter().copied().collect();
+    assert_eq!(property_names(schema), expected, "{}", schema["title"]);
+    assert_eq!(required_names(schema), expected, "{}", schema["title"]);
+    assert_eq!(schema["additionalProperties"], false, "{}", schema["title"]);
+}
+
 fn strings(value: &Value) -> Vec<&str> {
     value.as_array().map(|all| all.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
@@ -574,10 +582,7 @@ fn contact_schema_has_exactly_the_nine_required_fields_with_their_formats() {
     let contact = schema(&document, "Contact");
     let properties = &contact["properties"];
 
-    let expected = BTreeSet::from(CONTACT_FIELDS);
-    assert_eq!(property_names(contact), expected);
-    assert_eq!(required_names(contact), expected);
-    assert_eq!(contact["additionalProperties"], false);
+    assert_closed_with_exactly_required(contact, &CONTACT_FIELDS);
     for field in CONTACT_FIELDS {
         let nullable = ["email", "phone", "address", "tin"].contains(&field);
         let expected = if nullable { json!(["string", "null"]) } else { json!("string") };
@@ -601,10 +606,7 @@ fn page_schema_requires_has_more_and_a_nullable_non_empty_next_cursor() {
     let document = document();
     let page = schema(&document, "Page");
 
-    let expected = BTreeSet::from(["hasMore", "nextCursor"]);
-    assert_eq!(property_names(page), expected);
-    assert_eq!(required_names(page), expected);
-    assert_eq!(page["additionalProperties"], false);
+    assert_closed_with_exactly_required(page, &["hasMore", "nextCursor"]);
     assert_eq!(page["properties"]["hasMore"]["type"], "boolean");
     let next = &page["properties"]["nextCursor"];
     assert_eq!((&next["type"], &next["minLength"]), (&json!(["string", "null"]), &json!(1)));
@@ -650,10 +652,7 @@ fn item_schema_has_exactly_the_nine_required_fields_prices_a_nullable_money() {
     let item = schema(&document, "Item");
     let properties = &item["properties"];
 
-    let expected = BTreeSet::from(ITEM_FIELDS);
-    assert_eq!(property_names(item), expected);
-    assert_eq!(required_names(item), expected);
-    assert_eq!(item["additionalProperties"], false);
+    assert_closed_with_exactly_required(item, &ITEM_FIELDS);
     for field in ITEM_FIELDS {
         let nullable = ["sku", "description", "unit", "salePrice", "purchasePrice"].contains(&field);
         assert_eq!(allows_null(&document, &properties[field]), nullable, "{field}: nullable should be {nullable}");
