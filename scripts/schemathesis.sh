@@ -8,10 +8,9 @@
 #   scripts/schemathesis.sh
 #
 # Needs python3 (3.11) and PyPI, once, for the venv under target/schemathesis-venv,
-# and PostgreSQL (LECTERN_TEST_DATABASE_URL, default
-# postgres://postgres@127.0.0.1:5432/postgres), where a fresh database is created and
-# dropped again. Settings (environment):
-#   LECTERN_API_BIN          the lectern-api binary (default: cargo build, target/debug)
+# and PostgreSQL, where a fresh seeded database is created and dropped again
+# (scripts/lib/seeded-api.sh: LECTERN_TEST_DATABASE_URL, LECTERN_API_BIN). Settings
+# (environment):
 #   SCHEMATHESIS_EXAMPLES    cases per operation with the valid key (default 320)
 #   SCHEMATHESIS_BAD_KEY_EXAMPLES  cases per operation with the invalid key (default 120)
 #   SCHEMATHESIS_SEED        the generator's seed (default fixed, so runs repeat)
@@ -35,122 +34,34 @@ seed=${SCHEMATHESIS_SEED:-20261122}
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 venv=$target_dir/schemathesis-venv
 work=$target_dir/schemathesis
-admin_url=${LECTERN_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-# The pepper the server and `keys create` share; a test value, not a secret.
-export LECTERN_KEY_PEPPER="lectern schemathesis pepper, not a real secret"
 
 fail() {
   echo "schemathesis.sh: $*" >&2
   exit 1
 }
 
-# --- schemathesis, in a venv of its own --------------------------------------------------
-if [[ ! -x $venv/bin/schemathesis ]] || [[ "$(cat "$venv/lectern-requirements" 2>/dev/null)" != "$requirements" ]]; then
-  command -v python3 >/dev/null || fail "python3 is not installed: it is needed for schemathesis (PyPI)"
-  echo "schemathesis.sh: installing schemathesis into $venv"
-  rm -rf "$venv"
-  python3 -m venv "$venv" || fail "python3 -m venv failed (on Debian: apt-get install python3-venv)"
-  # shellcheck disable=SC2086 # one requirement a word
-  "$venv/bin/pip" install --quiet --disable-pip-version-check $requirements ||
-    { rm -rf "$venv"; fail "could not install schemathesis from PyPI"; }
-  printf '%s' "$requirements" >"$venv/lectern-requirements"
-fi
-python=$venv/bin/python
+# shellcheck source=scripts/lib/python-venv.sh
+source "$root/scripts/lib/python-venv.sh"
+# shellcheck source=scripts/lib/seeded-api.sh
+source "$root/scripts/lib/seeded-api.sh"
 
-# --- the binary ---------------------------------------------------------------------------
-api=${LECTERN_API_BIN:-}
-if [[ -z $api ]]; then
-  cargo build --quiet -p lectern-api --bin lectern-api || fail "cargo build of lectern-api failed"
-  api=$target_dir/debug/lectern-api
-fi
-[[ -x $api ]] || fail "no lectern-api binary at $api"
-
-# --- a fresh database, seeded -------------------------------------------------------------
-command -v psql >/dev/null || fail "psql is not installed (the PostgreSQL client seeds the database)"
-# Named like the test harness's databases, so its sweep removes one a killed run left.
-database="lectern_test_$(date +%s)_schemathesis_$$"
-database_url="${admin_url%/*}/$database"
-mkdir -p "$work"
-server_pid=""
 run_pids=()
 cleanup() {
   for pid in "${run_pids[@]}"; do
     kill "$pid" 2>/dev/null || true
   done
-  if [[ -n $server_pid ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  psql "$admin_url" -qX -c "drop database if exists \"$database\" with (force)" >/dev/null 2>&1 || true
+  stop_seeded_api
 }
 trap cleanup EXIT
 
-psql "$admin_url" -qX -v ON_ERROR_STOP=1 -c "create database \"$database\"" >/dev/null ||
-  fail "cannot create a database on $admin_url"
-DATABASE_URL=$database_url "$api" migrate >/dev/null || fail "lectern-api migrate failed"
-
-workspace=6d1f0b7e-3c55-4a3b-8f9f-5d1f0e2a7c11
-key_json=$(DATABASE_URL=$database_url "$api" keys create --workspace "$workspace" \
-  --scope contacts:read --scope items:read --name schemathesis --output json) || fail "keys create failed"
-key=$("$python" -c 'import json, sys; print(json.loads(sys.argv[1])["key"])' "$key_json")
-
-# Records with every shape the contract allows: nulls, Unicode, long and odd text,
-# large and negative amounts, both sorts' ties, and inactive rows that must stay hidden.
-psql "$database_url" -qX -v ON_ERROR_STOP=1 -v ws="$workspace" >/dev/null <<'SQL' || fail "seeding failed"
-insert into contacts (workspace_id, id, version, status, name, email, phone, address, tin,
-                      is_customer, is_supplier, created_at)
-select :'ws'::uuid,
-       md5('contact' || n)::uuid,
-       1,
-       case when n % 11 = 0 then 'archived' else 'active' end,
-       (array['Acme GmbH', 'ärger & söhne', 'Zeta', '株式会社テスト', 'O''Brien %_\ Ltd',
-              'a', repeat('Long name ', 30)])[1 + n % 7] || ' ' || n,
-       case when n % 3 = 0 then null else 'billing' || n || '@example.com' end,
-       case when n % 4 = 0 then null else '+49 30 ' || (1000000 + n) end,
-       case when n % 5 = 0 then null else 'Hauptstr. ' || n || E', Berlin\nGermany' end,
-       case when n % 2 = 0 then null else 'DE' || (100000000 + n) end,
-       n % 2 = 0,
-       n % 3 = 0,
-       timestamptz '2025-02-03 08:00:00+00' + (n / 3) * interval '1 second 250 milliseconds'
-  from generate_series(1, 60) as n;
-
-insert into items (workspace_id, id, version, status, name, sku, description, type, unit,
-                   sale_price_amount, sale_price_currency, purchase_price_amount,
-                   purchase_price_currency, created_at)
-select :'ws'::uuid,
-       md5('item' || n)::uuid,
-       1,
-       case when n % 13 = 0 then 'deleted' else 'active' end,
-       (array['Consulting hour', 'Widget', 'ß-Schraube', 'Ünterlegscheibe', '配送'])[1 + n % 5] || ' ' || n,
-       case when n % 3 = 0 then null else 'SKU-' || n end,
-       case when n % 2 = 0 then null else 'Described ' || n end,
-       case when n % 2 = 0 then 'product' else 'service' end,
-       case when n % 4 = 0 then null else (array['hour', 'pcs', 'kg'])[1 + n % 3] end,
-       case when n % 5 = 0 then null else (array[120.00, -12345678901234.5678, 0.1, 0, 99999999999999999999.99])[1 + n % 5] end,
-       case when n % 5 = 0 then null else (array['EUR', 'JPY', 'USD'])[1 + n % 3] end,
-       case when n % 2 = 0 then null else 0.10 * n end,
-       case when n % 2 = 0 then null else 'USD' end,
-       timestamptz '2025-03-01 08:00:00+00' + (n / 2) * interval '1 hour'
-  from generate_series(1, 60) as n;
-SQL
-
-# --- the server -----------------------------------------------------------------------------
-log=$work/serve.log
-DATABASE_URL=$database_url LECTERN_LISTEN=127.0.0.1:0 LECTERN_METRICS_LISTEN=127.0.0.1:0 \
-  LECTERN_LOG_FORMAT=json RUST_LOG=warn,lectern_api=info NO_COLOR=1 \
-  LECTERN_RATE_LIMIT_PER_MINUTE=1000000 LECTERN_RATE_LIMIT_BURST=1000000 \
-  LECTERN_KEY_LOOKUPS_PER_MINUTE=1000000 LECTERN_KEY_LOOKUP_BURST=1000000 \
-  "$api" serve >"$log" 2>&1 &
-server_pid=$!
-address=""
-for _ in $(seq 1 300); do
-  address=$(grep -o '"address":"[^"]*"' "$log" | head -n1 | cut -d'"' -f4 || true)
-  [[ -n $address ]] && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$log" >&2; fail "lectern-api serve exited"; }
-  sleep 0.2
-done
-[[ -n $address ]] || { cat "$log" >&2; fail "lectern-api serve never logged its address"; }
-echo "schemathesis.sh: lectern-api serving on $address (database $database; set up in ${SECONDS}s)"
+pinned_venv "$venv" "$requirements" schemathesis
+python=$venv/bin/python
+find_lectern_api
+create_seeded_database schemathesis
+key=$(create_api_key schemathesis contacts:read items:read)
+mkdir -p "$work"
+start_seeded_api "$work/serve.log"
+echo "schemathesis.sh: lectern-api serving on $address (set up in ${SECONDS}s)"
 
 # --- the runs ----------------------------------------------------------------------------------
 checks=${SCHEMATHESIS_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance}
@@ -177,20 +88,22 @@ start_run() {
   echo "schemathesis.sh: run '$name': up to $count generated cases per operation, seed $seed"
 }
 
+# Prints a run's case count, and how many of them its examples phase sent.
 cases_in() {
   "$python" - "$1" <<'PY'
 import json, sys
-cases = 0
+cases = examples = 0
 with open(sys.argv[1]) as events:
     for line in events:
-        event = json.loads(line)
-        if "ScenarioFinished" in event:
-            cases += len(event["ScenarioFinished"].get("recorder", {}).get("cases", {}))
-print(cases)
+        scenario = json.loads(line).get("ScenarioFinished")
+        if scenario:
+            count = len(scenario.get("recorder", {}).get("cases", {}))
+            cases += count
+            examples += count if scenario.get("phase") == "examples" else 0
+print(cases, examples)
 PY
 }
 
-run_pids=()
 run_names=()
 start_run contacts "$key" "$examples" --include-path-regex '^/v1/contacts'
 start_run items "$key" "$examples" --include-path-regex '^/v1/items'
@@ -198,6 +111,7 @@ start_run items "$key" "$examples" --include-path-regex '^/v1/items'
 start_run invalid-key "lk_live_AAAAAAAAAAAAAAAA_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" "$bad_key_examples"
 
 total=0
+total_examples=0
 failed=0
 for index in "${!run_pids[@]}"; do
   name=${run_names[$index]}
@@ -205,18 +119,23 @@ for index in "${!run_pids[@]}"; do
   wait "${run_pids[$index]}" || status=$?
   echo "----- schemathesis run '$name' -----"
   cat "$work/$name.out"
-  cases=$(cases_in "$work/$name.ndjson" 2>/dev/null) || cases=0
-  echo "schemathesis.sh: run '$name': $cases cases, exit $status (at ${SECONDS}s)"
+  counts=$(cases_in "$work/$name.ndjson" 2>/dev/null) || counts="0 0"
+  read -r cases from_examples <<<"$counts"
+  echo "schemathesis.sh: run '$name': $cases cases ($from_examples from the document's examples), exit $status (at ${SECONDS}s)"
   total=$((total + cases))
+  total_examples=$((total_examples + from_examples))
   [[ $status -eq 0 ]] || failed=1
 done
 
-if grep -q '"level":"ERROR"' "$log" || grep -q 'panicked' "$log"; then
-  echo "schemathesis.sh: the server logged errors:" >&2
-  grep -E '"level":"ERROR"|panicked' "$log" | head -n 20 >&2
+if seeded_api_logged_errors >&2; then
+  echo "schemathesis.sh: the server logged the errors above" >&2
   failed=1
 fi
 echo "schemathesis.sh: $total test cases in total"
+echo "schemathesis.sh: $total_examples cases in the examples phase"
 [[ $total -ge 2000 ]] || { echo "schemathesis.sh: fewer than 2000 cases were generated" >&2; failed=1; }
+# The document gives examples for every parameter but the cursor (an example cursor
+# would only ever be refused), so the examples phase must have sent some.
+[[ $total_examples -gt 0 ]] || { echo "schemathesis.sh: the examples phase sent no case" >&2; failed=1; }
 [[ $failed -eq 0 ]] || fail "failures found (see above)"
 echo "schemathesis.sh: passed"

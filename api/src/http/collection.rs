@@ -17,7 +17,7 @@ use super::envelope::error_responses;
 use super::payload::write_json;
 use super::request_id::RequestId;
 use super::strict_query::{parses_as, Parameter, QueryContract};
-use super::AppState;
+use super::{AppState, RecordId};
 
 /// The validated query of a listing operation.
 #[derive(Debug)]
@@ -238,6 +238,22 @@ error_responses! {
         InternalError = 500,
         ServiceUnavailable = 503,
     }
+}
+
+/// The example page size the document gives: what Redoc shows, and what schemathesis's
+/// examples phase sends.
+pub fn limit_example() -> Limit {
+    "20".parse().unwrap_or_default()
+}
+
+/// The example order the document gives.
+pub fn sort_example() -> SortKey {
+    SortKey::Name
+}
+
+/// The example record id the document gives: well formed, in no workspace.
+pub fn id_example() -> RecordId {
+    RecordId("b3c6a1d2-2f0e-4c1b-9a9e-7e3d5c2b1a00".to_owned())
 }
 
 /// The query parameters of every listing; `K` is the resource's `type` filter.

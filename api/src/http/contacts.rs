@@ -9,7 +9,9 @@ use poem_openapi::{Object, OpenApi};
 
 use super::auth::ContactsReader;
 pub use super::collection::NoQuery;
-use super::collection::{list_page, record_body, GetError, ListError, ListParams, ListQuery};
+use super::collection::{
+    id_example, limit_example, list_page, record_body, sort_example, GetError, ListError, ListParams, ListQuery,
+};
 use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
@@ -40,6 +42,16 @@ pub struct ContactEnvelope {
 /// listContacts' query parameters.
 pub type ListContactsQuery = ListQuery<ContactType>;
 
+/// The example search the document gives (see [`limit_example`]).
+fn search_example() -> Option<SearchText> {
+    "acme".parse().ok()
+}
+
+/// The example `type` the document gives.
+fn kind_example() -> ContactType {
+    ContactType::Customer
+}
+
 #[derive(Debug, poem_openapi::Tags)]
 enum Tags {
     /// Customers and suppliers.
@@ -66,17 +78,18 @@ impl ContactsApi {
         _strict: StrictQuery<ListContactsQuery>,
         /// Case-insensitive substring of name, email, phone or tin; `%`, `_` and `\`
         /// match themselves. Empty means no filter.
+        #[oai(example = "search_example")]
         search: Query<Option<SearchText>>,
         /// The `page.nextCursor` of the previous page, unchanged.
         cursor: Query<Option<CursorToken>>,
         /// Page size.
-        #[oai(default)]
+        #[oai(default, example = "limit_example")]
         limit: Query<Limit>,
         /// `customer`: isCustomer is true; `supplier`: isSupplier is true.
-        #[oai(name = "type", default)]
+        #[oai(name = "type", default, example = "kind_example")]
         kind: Query<ContactType>,
         /// Sort order, always ascending with ties broken by id.
-        #[oai(default)]
+        #[oai(default, example = "sort_example")]
         sort: Query<SortKey>,
     ) -> Result<JsonBody<ContactList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
@@ -93,7 +106,7 @@ impl ContactsApi {
         key: ContactsReader,
         _strict: StrictQuery<NoQuery>,
         /// The contact's id.
-        #[oai(name = "id")]
+        #[oai(name = "id", example = "id_example")]
         id: Path<RecordId>,
     ) -> Result<JsonBody<ContactEnvelope>, GetError> {
         let id = id.0.parse()?;

@@ -8,7 +8,10 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ItemsReader;
-use super::collection::{list_page, record_body, GetError, ListError, ListParams, ListQuery, NoQuery};
+use super::collection::{
+    id_example, limit_example, list_page, record_body, sort_example, GetError, ListError, ListParams, ListQuery,
+    NoQuery,
+};
 use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
@@ -39,6 +42,16 @@ pub struct ItemEnvelope {
 /// listItems' query parameters.
 pub type ListItemsQuery = ListQuery<ItemKind>;
 
+/// The example search the document gives (see [`limit_example`]).
+fn search_example() -> Option<SearchText> {
+    "widget".parse().ok()
+}
+
+/// The example `type` the document gives.
+fn kind_example() -> ItemKind {
+    ItemKind::Service
+}
+
 #[derive(Debug, poem_openapi::Tags)]
 enum Tags {
     /// Products and services.
@@ -65,17 +78,18 @@ impl ItemsApi {
         _strict: StrictQuery<ListItemsQuery>,
         /// Case-insensitive substring of name, sku or description; `%`, `_` and `\`
         /// match themselves. Empty means no filter.
+        #[oai(example = "search_example")]
         search: Query<Option<SearchText>>,
         /// The `page.nextCursor` of the previous page, unchanged.
         cursor: Query<Option<CursorToken>>,
         /// Page size.
-        #[oai(default)]
+        #[oai(default, example = "limit_example")]
         limit: Query<Limit>,
         /// `product` or `service`; `all` lists both.
-        #[oai(name = "type", default)]
+        #[oai(name = "type", default, example = "kind_example")]
         kind: Query<ItemKind>,
         /// Sort order, always ascending with ties broken by id.
-        #[oai(default)]
+        #[oai(default, example = "sort_example")]
         sort: Query<SortKey>,
     ) -> Result<JsonBody<ItemList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
@@ -92,7 +106,7 @@ impl ItemsApi {
         key: ItemsReader,
         _strict: StrictQuery<NoQuery>,
         /// The item's id.
-        #[oai(name = "id")]
+        #[oai(name = "id", example = "id_example")]
         id: Path<RecordId>,
     ) -> Result<JsonBody<ItemEnvelope>, GetError> {
         let id = id.0.parse()?;

@@ -2,6 +2,15 @@
 //! then completed with what poem-openapi cannot express, so that it states the
 //! contract exactly (every field required, `additionalProperties: false`, formats,
 //! the request-id header on every response).
+//!
+//! poem-openapi writes OpenAPI 3.0.0; the finished document is OpenAPI 3.1, whose
+//! schemas are JSON Schema 2020-12. 3.0 cannot say "this `$ref`, or null": its
+//! `nullable` only applies beside a `type` of the same schema, so the `allOf: [$ref,
+//! {nullable}]` poem-openapi writes for a nullable price lets validators refuse null
+//! and makes generators drop the whole Item. In 3.1 that is `anyOf: [$ref, {type:
+//! null}]`, which validators (openapi-core, schemathesis) and generators
+//! (openapi-python-client, openapi-typescript) read alike; and `info.summary`, which
+//! 3.0 does not have, is a 3.1 field.
 
 use poem_openapi::OpenApiService;
 use serde_json::{json, Map, Value};
@@ -11,6 +20,14 @@ use super::items::ItemsApi;
 
 /// Fields the contract lets be absent; every other property of every schema is required.
 const OPTIONAL_FIELDS: &[(&str, &str)] = &[("ErrorInfo", "details")];
+
+/// The OpenAPI version of the finished document (see the module doc for why 3.1).
+pub const OPENAPI_VERSION: &str = "3.1.0";
+
+/// The media type the document names for every JSON body. The server sends
+/// `application/json; charset=utf-8`, which is this type (a parameter does not change
+/// it); clients' typed helpers look bodies up by this exact key.
+pub const JSON_MEDIA_TYPE: &str = "application/json";
 
 pub fn service() -> OpenApiService<(ContactsApi, ItemsApi), ()> {
     OpenApiService::new((ContactsApi, ItemsApi), "Lectern", "1.0.0")
@@ -44,27 +61,37 @@ pub fn reference_page(document: &str) -> String {
 }
 
 fn complete(spec: &mut Value) {
+    spec["openapi"] = json!(OPENAPI_VERSION);
+    // poem-openapi writes `servers: []` when none is set. Without `servers` the API is
+    // where the document was fetched from, which is true of every deployment; an empty
+    // list says the same but sends some tools looking for a server that is not there.
+    if let Some(document) = spec.as_object_mut() {
+        if document.get("servers").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            document.remove("servers");
+        }
+    }
     if let Some(schemas) = spec.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
         for (name, schema) in schemas.iter_mut() {
             close_object(name, schema);
+            to_json_schema(schema);
         }
         if let Some(email) = schemas.get_mut("Contact").and_then(|c| c.pointer_mut("/properties/email")) {
             email["format"] = json!("email");
         }
-        if let Some(details) = schemas.get_mut("ErrorInfo").and_then(|e| e.pointer_mut("/properties/details")) {
-            *details = json!({
-                "description": "For VALIDATION_ERROR: one entry per problem, each naming its parameter.",
-                "oneOf": [
-                    { "type": "array", "items": { "type": "string" } },
-                    { "type": "object", "additionalProperties": true }
-                ]
-            });
-        }
     }
     if let Some(paths) = spec.get_mut("paths").and_then(Value::as_object_mut) {
         for operation in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
+            let parameters = operation.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten();
+            for schema in parameters.filter_map(|parameter| parameter.get_mut("schema")) {
+                to_json_schema(schema);
+            }
             if let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) {
                 for (status, response) in responses.iter_mut() {
+                    name_json_plainly(response);
+                    let content = response.get_mut("content").and_then(Value::as_object_mut);
+                    for schema in content.into_iter().flat_map(|c| c.values_mut()).filter_map(|m| m.get_mut("schema")) {
+                        to_json_schema(schema);
+                    }
                     add_response_headers(status, response);
                 }
             }
@@ -75,6 +102,76 @@ fn complete(spec: &mut Value) {
             "A workspace API key (`lk_<live|test>_<key id>_<secret>`). The workspace, and the \
              scopes `contacts:read` and `items:read`, are the key's."
         );
+    }
+}
+
+/// Rewrites, in place, a schema poem-openapi wrote for OpenAPI 3.0 (and its subschemas)
+/// into JSON Schema 2020-12, OpenAPI 3.1's dialect: no `nullable`, no `example`, and no
+/// `allOf` wrapped around a reference.
+fn to_json_schema(schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else { return };
+    for (keyword, subschemas) in object.iter_mut() {
+        match (keyword.as_str(), subschemas) {
+            ("properties", Value::Object(properties)) => properties.values_mut().for_each(to_json_schema),
+            ("items" | "additionalProperties", subschema) => to_json_schema(subschema),
+            ("allOf" | "anyOf" | "oneOf", Value::Array(choices)) => choices.iter_mut().for_each(to_json_schema),
+            _ => {}
+        }
+    }
+    unwrap_described_reference(object);
+    if let Some(example) = object.remove("example") {
+        object.insert("examples".to_owned(), json!([example]));
+    }
+    if object.remove("nullable") == Some(Value::Bool(true)) {
+        allow_null(object);
+    }
+}
+
+/// poem-openapi documents a described (or nullable) field of a named type as
+/// `allOf: [{$ref}, {description, nullable}]`; generators refuse that ("cannot take
+/// allOf a non-object"). In 3.1 the reference stands alone, its description beside it.
+fn unwrap_described_reference(object: &mut Map<String, Value>) {
+    let Some(Value::Array(parts)) = object.get("allOf") else { return };
+    let [Value::Object(reference), Value::Object(decoration)] = parts.as_slice() else { return };
+    let only_a_reference = reference.len() == 1 && reference.contains_key("$ref");
+    let only_decoration = decoration.keys().all(|keyword| matches!(keyword.as_str(), "description" | "nullable"));
+    if !(only_a_reference && only_decoration) {
+        return;
+    }
+    let (reference, decoration) = (reference.clone(), decoration.clone());
+    object.remove("allOf");
+    object.extend(reference);
+    for (keyword, value) in decoration {
+        object.entry(keyword).or_insert(value);
+    }
+}
+
+/// Adds `null` to what `object` accepts, as JSON Schema says it: a second type, or, for
+/// a reference (which cannot take a type of its own), `anyOf` the reference and null.
+fn allow_null(object: &mut Map<String, Value>) {
+    if let Some(reference) = object.remove("$ref") {
+        object.insert("anyOf".to_owned(), json!([{ "$ref": reference }, { "type": "null" }]));
+    } else if let Some(Value::String(kind)) = object.get("type").cloned() {
+        object.insert("type".to_owned(), json!([kind, "null"]));
+        if let Some(Value::Array(values)) = object.get_mut("enum") {
+            values.push(Value::Null);
+        }
+    }
+}
+
+/// Names every JSON body `application/json`, the key clients look bodies up by; see
+/// [`JSON_MEDIA_TYPE`].
+fn name_json_plainly(response: &mut Value) {
+    let Some(content) = response.get_mut("content").and_then(Value::as_object_mut) else { return };
+    let renamed: Vec<String> = content
+        .keys()
+        .filter(|kind| kind.as_str() != JSON_MEDIA_TYPE && kind.starts_with(JSON_MEDIA_TYPE))
+        .cloned()
+        .collect();
+    for kind in renamed {
+        if let Some(media) = content.remove(&kind) {
+            content.insert(JSON_MEDIA_TYPE.to_owned(), media);
+        }
     }
 }
 
@@ -111,7 +208,7 @@ fn add_response_headers(status: &str, response: &mut Value) {
             json!({
                 "description": "The key's rate-limit policy (draft-ietf-httpapi-ratelimit-headers): `\"per-key\";q=<burst>;w=<seconds to refill it>`.",
                 "required": status == "200",
-                "schema": { "type": "string", "example": "\"per-key\";q=100;w=10" }
+                "schema": { "type": "string", "examples": ["\"per-key\";q=100;w=10"] }
             }),
         );
         headers.insert(
@@ -119,7 +216,7 @@ fn add_response_headers(status: &str, response: &mut Value) {
             json!({
                 "description": "The key's standing: `\"per-key\";r=<requests left now>;t=<seconds until the bucket is full>`.",
                 "required": status == "200",
-                "schema": { "type": "string", "example": "\"per-key\";r=99;t=1" }
+                "schema": { "type": "string", "examples": ["\"per-key\";r=99;t=1"] }
             }),
         );
     }

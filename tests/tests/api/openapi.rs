@@ -9,11 +9,14 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use lectern_api::http::contacts::{ListContactsQuery, NoQuery};
+use lectern_api::http::items::ListItemsQuery;
 use lectern_api::http::strict_query::QueryContract;
 use lectern_tests::app::is_request_id;
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use serde_json::{json, Value};
 use uuid::Uuid;
+
+use crate::items::ItemSeed;
 
 const REGENERATE: &str = "regenerate with `cargo run -p lectern-api -- openapi > schema/openapi.json`";
 
@@ -40,6 +43,14 @@ const ERROR_CODES: [&str; 13] = [
 /// The Contact's fields, as the description lists them.
 const CONTACT_FIELDS: [&str; 9] =
     ["id", "name", "email", "phone", "address", "tin", "isCustomer", "isSupplier", "createdAt"];
+
+/// The Item's fields, as decisions.md lists them.
+const ITEM_FIELDS: [&str; 9] =
+    ["id", "name", "sku", "description", "type", "unit", "salePrice", "purchasePrice", "createdAt"];
+
+/// The only media type the document may name for a body: what clients' typed helpers
+/// look bodies up by (the served `; charset=utf-8` is a parameter of it).
+const JSON: &str = "application/json";
 
 /// The document the code generates, parsed.
 fn document() -> Value {
@@ -105,6 +116,14 @@ fn get_contact(document: &Value) -> &Value {
     operation(document, "/v1/contacts/{id}")
 }
 
+fn list_items(document: &Value) -> &Value {
+    operation(document, "/v1/items")
+}
+
+fn get_item(document: &Value) -> &Value {
+    operation(document, "/v1/items/{id}")
+}
+
 fn statuses(operation: &Value) -> Vec<&str> {
     operation["responses"].as_object().expect("responses").keys().map(String::as_str).collect()
 }
@@ -114,7 +133,7 @@ fn response_schema<'a>(document: &'a Value, operation: &'a Value, status: &str) 
     let content = operation["responses"][status]["content"].as_object().expect("response content");
     assert_eq!(content.len(), 1, "{status}: one content type expected: {content:?}");
     let (kind, body) = content.iter().next().expect("one content type");
-    assert!(kind.starts_with("application/json"), "{status}: content type {kind}");
+    assert_eq!(kind, JSON, "{status}: content type");
     resolve(document, &body["schema"])
 }
 
@@ -140,6 +159,14 @@ fn required_names(schema: &Value) -> BTreeSet<&str> {
     schema["required"].as_array().map(|all| all.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
+/// `schema` has exactly `fields`, all required, and no other property is allowed.
+fn assert_closed_with_exactly_required(schema: &Value, fields: &[&str]) {
+    let expected: BTreeSet<&str> = fields.iter().copied().collect();
+    assert_eq!(property_names(schema), expected, "{}", schema["title"]);
+    assert_eq!(required_names(schema), expected, "{}", schema["title"]);
+    assert_eq!(schema["additionalProperties"], false, "{}", schema["title"]);
+}
+
 fn strings(value: &Value) -> Vec<&str> {
     value.as_array().map(|all| all.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
@@ -148,40 +175,72 @@ fn number(value: &Value) -> Option<f64> {
     value.as_f64()
 }
 
+/// The JSON types a schema names (`type` is a name or, in OpenAPI 3.1, a list).
+fn types(schema: &Value) -> Vec<&str> {
+    match &schema["type"] {
+        Value::String(kind) => vec![kind.as_str()],
+        kinds => strings(kinds),
+    }
+}
+
+/// Whether `schema` accepts null, as JSON Schema says it: `null` among its types, or a
+/// choice that accepts it. (OpenAPI 3.0's `nullable` is not JSON Schema, and is refused
+/// elsewhere.)
+fn allows_null(document: &Value, schema: &Value) -> bool {
+    let schema = resolve(document, schema);
+    types(schema).contains(&"null")
+        || ["anyOf", "oneOf"].iter().any(|choice| {
+            schema[choice].as_array().is_some_and(|choices| choices.iter().any(|c| allows_null(document, c)))
+        })
+}
+
+/// How many of `choices` `value` conforms to.
+fn matching(document: &Value, choices: &[Value], value: &Value, at: &str) -> usize {
+    choices
+        .iter()
+        .filter(|choice| {
+            let mut inner = Vec::new();
+            conform(document, choice, value, at, &mut inner);
+            inner.is_empty()
+        })
+        .count()
+}
+
 /// A light structural check of `value` against `schema`: types, nullability, enums,
-/// lengths, bounds, uuid/date-time formats, required and closed objects, oneOf.
+/// lengths, bounds, uuid/date-time formats, required and closed objects, anyOf, oneOf.
 /// Patterns are not checked here (no regex engine among the dependencies).
 fn conform(document: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
     let schema = resolve(document, schema);
     if value.is_null() {
-        if schema["nullable"] != true {
-            problems.push(format!("{at}: null where the schema is not nullable"));
+        if !allows_null(document, schema) {
+            problems.push(format!("{at}: null where the schema does not allow it"));
+        }
+        return;
+    }
+    if let Some(choices) = schema["anyOf"].as_array() {
+        if matching(document, choices, value, at) == 0 {
+            problems.push(format!("{at}: matches none of anyOf's schemas"));
         }
         return;
     }
     if let Some(choices) = schema["oneOf"].as_array() {
-        let matching = choices
-            .iter()
-            .filter(|choice| {
-                let mut inner = Vec::new();
-                conform(document, choice, value, at, &mut inner);
-                inner.is_empty()
-            })
-            .count();
+        let matching = matching(document, choices, value, at);
         if matching != 1 {
             problems.push(format!("{at}: matches {matching} of oneOf's schemas, not exactly one"));
         }
         return;
     }
-    let kind_ok = match schema["type"].as_str() {
-        Some("string") => value.is_string(),
-        Some("boolean") => value.is_boolean(),
-        Some("integer") => value.is_i64() || value.is_u64(),
-        Some("number") => value.is_number(),
-        Some("array") => value.is_array(),
-        Some("object") => value.is_object(),
-        _ => true,
-    };
+    let kinds = types(schema);
+    let kind_ok = kinds.is_empty()
+        || kinds.iter().any(|kind| match *kind {
+            "string" => value.is_string(),
+            "boolean" => value.is_boolean(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "array" => value.is_array(),
+            "object" => value.is_object(),
+            _ => false,
+        });
     if !kind_ok {
         problems.push(format!("{at}: {value} is not of type {}", schema["type"]));
         return;
@@ -290,12 +349,71 @@ async fn served_document_equals_the_committed_copy_and_the_code() {
 }
 
 #[test]
-fn document_is_openapi_3_at_version_1_0_0() {
+fn document_is_openapi_3_1_at_version_1_0_0() {
     let document = document();
 
-    let openapi = document["openapi"].as_str().expect("openapi version");
-    assert!(openapi.starts_with("3."), "openapi {openapi}");
+    // 3.1: its schemas are JSON Schema, which can say "a Money or null" (3.0 cannot), and
+    // `info.summary` is one of its fields.
+    assert_eq!(document["openapi"], "3.1.0");
     assert_eq!(document["info"]["version"], "1.0.0");
+    assert!(document["info"]["summary"].is_string(), "{}", document["info"]);
+}
+
+/// Every place in `value` where an object has `keyword`, as JSON pointers.
+fn places_with(value: &Value, keyword: &str, at: &str, found: &mut Vec<String>) {
+    match value {
+        Value::Object(object) => {
+            if object.contains_key(keyword) {
+                found.push(at.to_owned());
+            }
+            for (key, inner) in object {
+                places_with(inner, keyword, &format!("{at}/{key}"), found);
+            }
+        }
+        Value::Array(values) => {
+            for (index, inner) in values.iter().enumerate() {
+                places_with(inner, keyword, &format!("{at}/{index}"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn no_schema_uses_the_3_0_keywords_nullable_and_example_or_wraps_a_reference_in_all_of() {
+    let document = document();
+
+    // `nullable` means nothing in 3.1 (null would be refused), `example` is deprecated
+    // there, and `allOf: [$ref, {description}]` makes generators drop the schema.
+    for keyword in ["nullable", "example", "allOf"] {
+        let mut found = Vec::new();
+        places_with(&document, keyword, "", &mut found);
+        assert!(found.is_empty(), "`{keyword}` at {found:?}");
+    }
+}
+
+#[test]
+fn every_body_is_declared_as_application_json_without_parameters() {
+    let document = document();
+
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        let operation = &item["get"];
+        for status in statuses(operation) {
+            let kinds: Vec<&str> = operation["responses"][status]["content"]
+                .as_object()
+                .map(|content| content.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            assert_eq!(kinds, [JSON], "{path} {status}");
+        }
+    }
+}
+
+#[test]
+fn document_leaves_servers_out_rather_than_listing_none() {
+    let document = document();
+
+    // Absent means "where the document was fetched from"; `[]` sends tools looking.
+    assert!(document.get("servers").is_none(), "servers: {}", document["servers"]);
 }
 
 #[test]
@@ -417,6 +535,30 @@ fn get_contact_takes_a_uuid_id_in_the_path_and_no_query_parameters() {
 }
 
 #[test]
+fn every_parameter_but_the_cursor_has_an_example_its_own_schema_accepts() {
+    let document = document();
+
+    // A cursor is only ever one the API issued: any example would be refused.
+    for operation in [list_contacts(&document), get_contact(&document), list_items(&document), get_item(&document)] {
+        for parameter in operation["parameters"].as_array().expect("parameters") {
+            let name = parameter["name"].as_str().expect("name");
+            let examples = parameter["schema"]["examples"].as_array().map(Vec::as_slice).unwrap_or_default();
+            if name == "cursor" {
+                assert!(examples.is_empty(), "cursor examples: {examples:?}");
+                continue;
+            }
+            assert!(!examples.is_empty(), "{} {name} has no example", operation["operationId"]);
+            for example in examples {
+                let mut problems = Vec::new();
+                conform(&document, &parameter["schema"], example, name, &mut problems);
+                assert!(problems.is_empty(), "{} {name}: {problems:?}", operation["operationId"]);
+                assert_ne!(Some(example), parameter["schema"].get("default"), "{name}: an example that is the default");
+            }
+        }
+    }
+}
+
+#[test]
 fn strict_query_allow_lists_equal_the_documented_query_parameters() {
     let document = document();
     let names = |operation: &Value| -> BTreeSet<String> {
@@ -428,6 +570,8 @@ fn strict_query_allow_lists_equal_the_documented_query_parameters() {
 
     assert_eq!(allowed(<ListContactsQuery as QueryContract>::PARAMETERS), names(list_contacts(&document)));
     assert_eq!(allowed(<NoQuery as QueryContract>::PARAMETERS), names(get_contact(&document)));
+    assert_eq!(allowed(<ListItemsQuery as QueryContract>::PARAMETERS), names(list_items(&document)));
+    assert_eq!(allowed(<NoQuery as QueryContract>::PARAMETERS), names(get_item(&document)));
 }
 
 // ---------------------------------------------------------------- schemas
@@ -438,16 +582,13 @@ fn contact_schema_has_exactly_the_nine_required_fields_with_their_formats() {
     let contact = schema(&document, "Contact");
     let properties = &contact["properties"];
 
-    let expected = BTreeSet::from(CONTACT_FIELDS);
-    assert_eq!(property_names(contact), expected);
-    assert_eq!(required_names(contact), expected);
-    assert_eq!(contact["additionalProperties"], false);
+    assert_closed_with_exactly_required(contact, &CONTACT_FIELDS);
     for field in CONTACT_FIELDS {
         let nullable = ["email", "phone", "address", "tin"].contains(&field);
-        assert_eq!(properties[field]["nullable"] == true, nullable, "{field}: nullable should be {nullable}");
-    }
-    for field in ["id", "name", "email", "phone", "address", "tin", "createdAt"] {
-        assert_eq!(properties[field]["type"], "string", "{field}");
+        let expected = if nullable { json!(["string", "null"]) } else { json!("string") };
+        if !field.starts_with("is") {
+            assert_eq!(properties[field]["type"], expected, "{field}: nullable should be {nullable}");
+        }
     }
     assert_eq!(properties["isCustomer"]["type"], "boolean");
     assert_eq!(properties["isSupplier"]["type"], "boolean");
@@ -465,13 +606,10 @@ fn page_schema_requires_has_more_and_a_nullable_non_empty_next_cursor() {
     let document = document();
     let page = schema(&document, "Page");
 
-    let expected = BTreeSet::from(["hasMore", "nextCursor"]);
-    assert_eq!(property_names(page), expected);
-    assert_eq!(required_names(page), expected);
-    assert_eq!(page["additionalProperties"], false);
+    assert_closed_with_exactly_required(page, &["hasMore", "nextCursor"]);
     assert_eq!(page["properties"]["hasMore"]["type"], "boolean");
     let next = &page["properties"]["nextCursor"];
-    assert_eq!((&next["type"], &next["nullable"], &next["minLength"]), (&json!("string"), &json!(true), &json!(1)));
+    assert_eq!((&next["type"], &next["minLength"]), (&json!(["string", "null"]), &json!(1)));
 }
 
 #[test]
@@ -502,14 +640,44 @@ fn error_schema_has_all_thirteen_codes_a_non_empty_message_and_optional_details(
     let codes: BTreeSet<&str> = strings(&code["enum"]).into_iter().collect();
     assert_eq!(codes, BTreeSet::from(ERROR_CODES));
     assert_eq!(info["properties"]["message"]["minLength"], 1);
+    // The description allows an array of strings or an object; Lectern only ever sends
+    // the array, and says so, so that no client has to handle a union.
     let details = &info["properties"]["details"];
-    let kinds: BTreeSet<&str> = details["oneOf"]
-        .as_array()
-        .expect("details is an array of strings or an object")
-        .iter()
-        .filter_map(|choice| choice["type"].as_str())
-        .collect();
-    assert_eq!(kinds, BTreeSet::from(["array", "object"]));
+    assert_eq!((&details["type"], &details["items"]), (&json!("array"), &json!({ "type": "string" })), "{details}");
+}
+
+#[test]
+fn item_schema_has_exactly_the_nine_required_fields_prices_a_nullable_money() {
+    let document = document();
+    let item = schema(&document, "Item");
+    let properties = &item["properties"];
+
+    assert_closed_with_exactly_required(item, &ITEM_FIELDS);
+    for field in ITEM_FIELDS {
+        let nullable = ["sku", "description", "unit", "salePrice", "purchasePrice"].contains(&field);
+        assert_eq!(allows_null(&document, &properties[field]), nullable, "{field}: nullable should be {nullable}");
+    }
+    for field in ["sku", "description", "unit"] {
+        assert_eq!(properties[field]["type"], json!(["string", "null"]), "{field}");
+    }
+    for field in ["salePrice", "purchasePrice"] {
+        // A Money or null, said the JSON Schema way, not with a reference's siblings.
+        assert_eq!(
+            properties[field]["anyOf"],
+            json!([{ "$ref": "#/components/schemas/Money" }, { "type": "null" }]),
+            "{field}: {}",
+            properties[field]
+        );
+    }
+    assert_eq!(properties["type"]["$ref"], "#/components/schemas/ItemType");
+    assert_eq!(strings(&schema(&document, "ItemType")["enum"]), ["product", "service"]);
+    assert_eq!((&properties["id"]["format"], &properties["name"]["minLength"]), (&json!("uuid"), &json!(1)));
+    assert_eq!(properties["createdAt"]["pattern"], schema(&document, "Contact")["properties"]["createdAt"]["pattern"]);
+    let money = schema(&document, "Money");
+    assert_eq!(required_names(money), BTreeSet::from(["amount", "currency"]));
+    assert_eq!(money["additionalProperties"], false);
+    assert_eq!(money["properties"]["amount"]["pattern"], r"^-?[0-9]+(\.[0-9]+)?$");
+    assert_eq!(money["properties"]["currency"]["pattern"], "^[A-Z]{3}$");
 }
 
 #[test]
@@ -566,6 +734,38 @@ async fn served_listing_and_contact_bodies_conform_to_the_document() {
     one.assert_ok();
     assert_conforms(&document, get_contact(&document), &one);
     assert_eq!(sorted_keys(&one.body["data"]), contact_fields);
+}
+
+#[tokio::test]
+async fn served_item_bodies_with_null_and_filled_prices_conform_to_the_document() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let workspace = Uuid::new_v4();
+    let key = app.key(workspace, &[lectern_api::keys::Scope::ItemsRead]).await;
+    let priced = ItemSeed::named("Consulting hour")
+        .kind("service")
+        .sku("CONS-1")
+        .unit("hour")
+        .sale_price("-12345678901234.5678", "JPY")
+        .purchase_price("0.10", "EUR")
+        .at(1);
+    let priced_id = priced.insert(&app.pool, workspace).await;
+    let bare_id = ItemSeed::named("Widget").at(2).insert(&app.pool, workspace).await;
+    let document = document();
+
+    let page = app.get(&key, "/v1/items?limit=5").await;
+    let bare = app.get(&key, &format!("/v1/items/{bare_id}")).await;
+    let filled = app.get(&key, &format!("/v1/items/{priced_id}")).await;
+
+    page.assert_ok();
+    assert_eq!(page.data().len(), 2, "{}", page.text);
+    assert_conforms(&document, list_items(&document), &page);
+    bare.assert_ok();
+    assert!(bare.body["data"]["salePrice"].is_null() && bare.body["data"]["purchasePrice"].is_null(), "{}", bare.text);
+    assert_conforms(&document, get_item(&document), &bare);
+    filled.assert_ok();
+    assert_eq!(filled.body["data"]["salePrice"], json!({ "amount": "-12345678901234.5678", "currency": "JPY" }));
+    assert_conforms(&document, get_item(&document), &filled);
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Lectern under load, faults and hostile input: its own PostgreSQL stopped, slowed,
 //! saturated and crashed under the API; NATS gone under the projector; hostile TCP
-//! clients against the real `lectern-api serve`; and schemathesis generating thousands
-//! of requests from the served OpenAPI document.
+//! clients against the real `lectern-api serve`; schemathesis generating thousands
+//! of requests from the served OpenAPI document; and the integrators' OpenAPI tools
+//! (validator, client generator, response validation) run on that document.
 //!
 //! Each test that breaks a database has a private PostgreSQL server of its own
 //! ([`lectern_tests::postgres::TestPostgres`]): the shared one is never touched.
@@ -17,5 +18,6 @@
 mod connections;
 mod database;
 mod nats;
+mod openapi_tools;
 mod schemathesis;
 mod support;

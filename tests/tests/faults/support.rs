@@ -1,16 +1,22 @@
 //! What the fault tests share: the in-process API on a private PostgreSQL server, a
-//! request that must be answered within a bound, and the shape of a 503.
+//! request that must be answered within a bound, the shape of a 503, and the run of a
+//! checking script from `scripts/`.
 
 use std::future::Future;
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lectern_api::db::{lazy_pool, PoolSettings};
 use lectern_api::keys::Scope;
+use lectern_tests::binaries::lectern_api;
+use lectern_tests::database::admin_url;
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::seed::create_key;
 use lectern_tests::{ContactSeed, Reply, TestApp};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
+use tokio::process::Command;
 use uuid::Uuid;
 
 /// Slack on top of a configured timeout before a request counts as hanging: the
@@ -109,4 +115,47 @@ pub(crate) fn assert_unavailable(reply: &Reply, what: &str) {
         retry_after.is_some_and(|seconds| seconds.parse::<u32>().is_ok_and(|seconds| seconds >= 1)),
         "{what}: a 503 needs Retry-After in whole seconds, got {retry_after:?}"
     );
+}
+
+/// Runs `scripts/<script>` (bash) against this build's `lectern-api` and the tests'
+/// PostgreSQL server, and returns its stdout. Fails with the script's own output when it
+/// fails or takes longer than `within`: the Python tools the scripts install from PyPI
+/// being unavailable is a failure, never a skip.
+pub(crate) async fn run_script(script: &str, within: Duration) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts").join(script);
+    assert!(path.exists(), "{} is missing", path.display());
+    let started = Instant::now();
+
+    let run = Command::new("bash")
+        .arg(&path)
+        .env("LECTERN_API_BIN", lectern_api())
+        .env("LECTERN_TEST_DATABASE_URL", admin_url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(within, run)
+        .await
+        .unwrap_or_else(|_| panic!("scripts/{script} did not finish within {within:?}"))
+        .unwrap_or_else(|error| panic!("run bash scripts/{script}: {error}"));
+
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "scripts/{script} failed ({}, after {:?}); it needs python3 and PyPI for its venv.\n\
+         stdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status,
+        started.elapsed()
+    );
+    stdout
+}
+
+/// The number a script printed as `<script>: <number><suffix>` on a line of its own.
+pub(crate) fn reported_count(stdout: &str, script: &str, suffix: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{script}: "))?.strip_suffix(suffix)?.parse().ok())
+        .unwrap_or_else(|| panic!("scripts/{script} did not report `{script}: <count>{suffix}`:\n{stdout}"))
 }

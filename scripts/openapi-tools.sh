@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The served OpenAPI document, checked with the tools integrators use on it:
+#  1. openapi-spec-validator on schema/openapi.json and on the served document;
+#  2. openapi-python-client generates a client from the served document, and any
+#     warning (a schema skipped or not understood) fails the run;
+#  3. that client walks every page of contacts and items (both sorts, a type filter, a
+#     search), retrieves records by id and provokes a 400, 401, 403 and 404, while
+#     openapi-core validates every request and response against the served document
+#     (scripts/openapi_walk.py).
+# Prints the number of responses validated; exits non-zero on any failure, or when it
+# cannot run.
+#
+#   scripts/openapi-tools.sh
+#
+# Needs python3 (3.11) and PyPI, once, for the venv under target/openapi-tools-venv, and
+# PostgreSQL, where a fresh seeded database is created and dropped again
+# (scripts/lib/seeded-api.sh: LECTERN_TEST_DATABASE_URL, LECTERN_API_BIN).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+# Every package pinned (openapi-core 0.23.1, openapi-spec-validator 0.8.5 and
+# openapi-python-client 0.29.1, and what they pulled in on Python 3.11), so a new
+# release upstream cannot change what this finds.
+requirements="openapi-core==0.23.1 openapi-spec-validator==0.8.5 openapi-schema-validator==0.8.1
+openapi-python-client==0.29.1 annotated-doc==0.0.7 annotated-types==0.8.0 anyio==4.16.0 attrs==26.1.0
+certifi==2026.10.19.post1 h11==0.16.0 httpcore==1.0.9 httpx==0.28.1 idna==3.20 isodate==0.7.2
+Jinja2==3.1.6 jsonschema==4.26.0 jsonschema-path==0.4.6 jsonschema-specifications==2025.9.1
+lazy-object-proxy==1.13.0 markdown-it-py==4.3.0 MarkupSafe==3.0.4 mdurl==0.1.2 more-itertools==11.2.1
+pathable==0.5.0 pydantic==2.14.4 pydantic-settings==2.16.3 pydantic_core==2.50.5 Pygments==2.21.0
+python-dotenv==1.2.4 PyYAML==6.0.4 referencing==0.37.0 rfc3339-validator==0.1.4 rich==15.0.0
+rpds-py==2026.9.1 ruamel.yaml==0.19.1 ruff==0.17.6 shellingham==1.5.4 six==1.17.0 typer==0.27.3
+typing-inspection==0.4.5 typing_extensions==4.16.0 Werkzeug==3.1.9"
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+venv=$target_dir/openapi-tools-venv
+work=$target_dir/openapi-tools
+
+fail() {
+  echo "openapi-tools.sh: $*" >&2
+  exit 1
+}
+
+# shellcheck source=scripts/lib/python-venv.sh
+source "$root/scripts/lib/python-venv.sh"
+# shellcheck source=scripts/lib/seeded-api.sh
+source "$root/scripts/lib/seeded-api.sh"
+trap stop_seeded_api EXIT
+
+pinned_venv "$venv" "$requirements" "openapi-core, openapi-spec-validator and openapi-python-client"
+python=$venv/bin/python
+rm -rf "$work"
+mkdir -p "$work"
+
+"$venv/bin/openapi-spec-validator" schema/openapi.json || fail "schema/openapi.json is not a valid OpenAPI document"
+
+find_lectern_api
+create_seeded_database openapi_tools
+key=$(create_api_key openapi-tools contacts:read items:read)
+contacts_key=$(create_api_key openapi-tools-contacts contacts:read)
+start_seeded_api "$work/serve.log"
+echo "openapi-tools.sh: lectern-api serving on $address (set up in ${SECONDS}s)"
+
+document=$work/openapi.json
+"$python" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1]).read())' \
+  "http://$address/v1/openapi.json" >"$document" || fail "cannot fetch the served document"
+"$venv/bin/openapi-spec-validator" "$document" || fail "the served document is not a valid OpenAPI document"
+
+# No post hooks: they would format the code with ruff, which changes nothing checked here.
+printf 'post_hooks: []\n' >"$work/generator.yaml"
+"$venv/bin/openapi-python-client" generate --path "$document" --output-path "$work/lectern_client" \
+  --meta none --config "$work/generator.yaml" >"$work/generator.out" 2>&1 ||
+  { cat "$work/generator.out" >&2; fail "openapi-python-client could not generate a client"; }
+cat "$work/generator.out"
+# It says "Generating <path>" and nothing else when it understood every schema; anything
+# more is a warning that a schema, a response or an operation was left out.
+if grep -v '^Generating ' "$work/generator.out" | grep -q '[^[:space:]]'; then
+  fail "openapi-python-client warned about the served document (above)"
+fi
+
+read -r active_contacts active_items < <(psql "$database_url" -qAtX -F ' ' -c \
+  "select (select count(*) from contacts where status = 'active'), (select count(*) from items where status = 'active')")
+"$python" scripts/openapi_walk.py --document "$document" --client "$work" --base-url "http://$address" \
+  --key "$key" --contacts-only-key "$contacts_key" \
+  --active-contacts "$active_contacts" --active-items "$active_items" | tee "$work/walk.out" ||
+  fail "the walk with the generated client failed (above)"
+
+if seeded_api_logged_errors >&2; then
+  fail "the server logged the errors above"
+fi
+validated=$(sed -n 's/^openapi_walk.py: \([0-9]*\) responses validated.*/\1/p' "$work/walk.out")
+echo "openapi-tools.sh: $validated responses validated against the served document"
+echo "openapi-tools.sh: passed (in ${SECONDS}s)"
