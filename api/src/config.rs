@@ -51,6 +51,11 @@ pub struct PoolArgs {
     /// Milliseconds one SQL statement may run before PostgreSQL cancels it (then 503).
     #[arg(long, env = "LECTERN_DB_STATEMENT_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub db_statement_timeout_ms: u64,
+    /// Listing and search statements one workspace may run at once; its further
+    /// requests wait as for a connection, then get a 429 (default: a quarter of
+    /// --db-pool-size, at least 1).
+    #[arg(long, env = "LECTERN_DB_CONNECTIONS_PER_WORKSPACE", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub db_connections_per_workspace: Option<u32>,
 }
 
 impl ServeArgs {
@@ -70,6 +75,9 @@ impl PoolArgs {
             max_connections: self.db_pool_size,
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
             statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
+            connections_per_workspace: self
+                .db_connections_per_workspace
+                .unwrap_or_else(|| PoolSettings::default_share(self.db_pool_size)),
         }
     }
 }

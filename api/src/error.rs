@@ -31,6 +31,10 @@ pub enum ApiError {
         "Too many requests: rate limit exceeded; retry after {retry_after_secs} s (see Retry-After and RateLimit)."
     )]
     RateLimited { retry_after_secs: u64 },
+    /// 429 `RATE_LIMITED`: the workspace already runs its share of statements at once
+    /// (see `db::workspace_shares`); `Retry-After` is a second.
+    #[error("Too many requests at once for this workspace: its statements use its whole share of the database; retry after 1 s.")]
+    WorkspaceBusy,
     /// 503 `SERVICE_UNAVAILABLE`: the database is unreachable or saturated; retry later.
     /// Shared, because one failed statement may answer a whole batch of lookups.
     #[error("the database is unavailable")]
@@ -75,7 +79,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited { .. } | Self::WorkspaceBusy => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestFailed { status, .. } => *status,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -147,6 +151,15 @@ impl From<Arc<sqlx::Error>> for ApiError {
             Self::Unavailable(error)
         } else {
             Self::Internal(Box::new(error))
+        }
+    }
+}
+
+impl From<crate::db::connections::ReadError> for ApiError {
+    fn from(error: crate::db::connections::ReadError) -> Self {
+        match error {
+            crate::db::connections::ReadError::Database(error) => error.into(),
+            crate::db::connections::ReadError::ShareExhausted(_) => Self::WorkspaceBusy,
         }
     }
 }

@@ -51,6 +51,7 @@ fn read_connections_beside(pool: &PgPool) -> ReadConnections {
         max_connections: pool.options().get_max_connections(),
         acquire_timeout: pool.options().get_acquire_timeout(),
         statement_timeout: Duration::from_secs(30),
+        connections_per_workspace: PoolSettings::default_share(pool.options().get_max_connections()),
     };
     ReadConnections::new((*pool.connect_options()).clone(), &settings)
 }

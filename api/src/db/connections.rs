@@ -9,6 +9,9 @@
 //! by a task of its own before anyone else gets it, still counted against the limit,
 //! and closed if that fails.
 //!
+//! A workspace's statements take a place in its share first ([`super::workspace_shares`]),
+//! so that no workspace can hold every connection.
+//!
 //! Each connection runs in one of two plan modes. Page statements are prepared once
 //! per connection and always take PostgreSQL's generic plan (the keyset range scan). Search
 //! statements are prepared too, so that a search is one round trip rather than a
@@ -23,8 +26,19 @@ use sqlx::postgres::{PgConnectOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::{ConnectOptions, Connection, PgConnection, Postgres};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use uuid::Uuid;
 
+use super::workspace_shares::{ShareExhausted, WorkspaceShare, WorkspaceShares};
 use super::PoolSettings;
+
+/// Why a workspace's statement did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    ShareExhausted(#[from] ShareExhausted),
+}
 
 /// How a connection plans its prepared statements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +89,8 @@ struct Shared {
     /// connection being drained.
     permits: Arc<Semaphore>,
     max_connections: usize,
+    /// Each workspace's places: at most its share of `max_connections` at once.
+    shares: Arc<WorkspaceShares>,
     acquire_timeout: Duration,
     /// How long draining an abandoned statement may take before its connection is
     /// closed instead: the statement timeout, and a little for the network.
@@ -108,6 +124,7 @@ impl ReadConnections {
                 per_execution: PlanMode::PerExecution.connect_options(&options),
                 permits: Arc::new(Semaphore::new(max_connections)),
                 max_connections,
+                shares: WorkspaceShares::new(usize::try_from(settings.connections_per_workspace).unwrap_or(1)),
                 acquire_timeout: settings.acquire_timeout,
                 drain_timeout: settings.statement_timeout + Duration::from_secs(5),
                 idle: Mutex::new(Vec::new()),
@@ -119,21 +136,37 @@ impl ReadConnections {
         connections
     }
 
-    /// Runs `query` to the end on a connection in `mode` and returns its rows.
+    /// Runs `query` of `workspace_id` to the end on a connection in `mode`, within the
+    /// workspace's share, and returns its rows.
+    pub async fn fetch_for(
+        &self,
+        workspace_id: Uuid,
+        mode: PlanMode,
+        query: Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<PgRow>, ReadError> {
+        let deadline = tokio::time::Instant::now() + self.shared.acquire_timeout;
+        let share = match self.shared.shares.enter(workspace_id, self.shared.acquire_timeout).await {
+            Ok(share) => share,
+            Err(exhausted) => {
+                metrics::counter!(crate::operations::names::RATE_LIMITED, "limit" => "workspace_connections")
+                    .increment(1);
+                return Err(exhausted.into());
+            }
+        };
+        let mut borrowed = self.borrow(mode, deadline).await?;
+        borrowed.share = Some(share);
+        Ok(borrowed.run(query).await?)
+    }
+
+    /// Runs `query` to the end on a connection in `mode` and returns its rows, outside
+    /// any workspace's share (statements of the service's own, and tests).
     pub async fn fetch_all(
         &self,
         mode: PlanMode,
         query: Query<'_, Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<PgRow>, sqlx::Error> {
-        let mut borrowed = self.borrow(mode).await?;
-        let rows = match borrowed.connection.as_mut() {
-            Some(connection) => query.fetch_all(connection).await,
-            None => Err(sqlx::Error::PoolClosed),
-        };
-        if rows.is_ok() {
-            borrowed.give_back();
-        }
-        rows
+        let deadline = tokio::time::Instant::now() + self.shared.acquire_timeout;
+        self.borrow(mode, deadline).await?.run(query).await
     }
 
     /// Connections open now, and how many of them are idle.
@@ -151,9 +184,8 @@ impl ReadConnections {
         }
     }
 
-    async fn borrow(&self, mode: PlanMode) -> Result<Borrowed, sqlx::Error> {
+    async fn borrow(&self, mode: PlanMode, deadline: tokio::time::Instant) -> Result<Borrowed, sqlx::Error> {
         let shared = &self.shared;
-        let deadline = tokio::time::Instant::now() + shared.acquire_timeout;
         let permit = tokio::time::timeout_at(deadline, shared.permits.clone().acquire_owned())
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)?
@@ -177,7 +209,14 @@ impl ReadConnections {
             let set = format!("set plan_cache_mode = {}", mode.setting());
             sqlx::query(&set).persistent(false).execute(&mut connection).await?;
         }
-        Ok(Borrowed { connection: Some(connection), mode, opened, shared: self.shared.clone(), permit: Some(permit) })
+        Ok(Borrowed {
+            connection: Some(connection),
+            mode,
+            opened,
+            shared: self.shared.clone(),
+            permit: Some(permit),
+            share: None,
+        })
     }
 
     /// For a borrower holding a permit: the most recently used idle connection in
@@ -232,9 +271,23 @@ struct Borrowed {
     opened: Instant,
     shared: Arc<Shared>,
     permit: Option<OwnedSemaphorePermit>,
+    /// The workspace's place, held as long as the permit.
+    share: Option<WorkspaceShare>,
 }
 
 impl Borrowed {
+    /// Runs `query` to the end; the connection goes back as it is only if it did.
+    async fn run(mut self, query: Query<'_, Postgres, sqlx::postgres::PgArguments>) -> Result<Vec<PgRow>, sqlx::Error> {
+        let rows = match self.connection.as_mut() {
+            Some(connection) => query.fetch_all(connection).await,
+            None => Err(sqlx::Error::PoolClosed),
+        };
+        if rows.is_ok() {
+            self.give_back();
+        }
+        rows
+    }
+
     /// Its statement ran to the end: nothing is left to read.
     fn give_back(mut self) {
         if let Some(connection) = self.connection.take() {
@@ -257,7 +310,8 @@ async fn close_expired_idle(shared: Weak<Shared>) {
 impl Drop for Borrowed {
     fn drop(&mut self) {
         let Some(mut connection) = self.connection.take() else { return };
-        let (shared, mode, opened, permit) = (self.shared.clone(), self.mode, self.opened, self.permit.take());
+        let (shared, mode, opened) = (self.shared.clone(), self.mode, self.opened);
+        let (permit, share) = (self.permit.take(), self.share.take());
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         runtime.spawn(async move {
             // `ping` reads whatever the interrupted statement still sends, up to its
@@ -267,6 +321,7 @@ impl Drop for Borrowed {
                 shared.put_back(connection, mode, opened);
             }
             drop(permit);
+            drop(share);
         });
     }
 }

@@ -18,7 +18,7 @@
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder};
 
-use super::connections::{PlanMode, ReadConnections};
+use super::connections::{PlanMode, ReadConnections, ReadError};
 use crate::listing::{Keyed, KindFilter, ListRequest, Position, SortKey};
 
 /// A table that can be listed and read by id. Implemented once per resource.
@@ -53,16 +53,25 @@ pub enum SearchShape {
 }
 
 impl SearchShape {
-    /// The shape for `request` in a workspace that is small or not: a walk only in a
-    /// small workspace, for a search in the default order (the order index carries the
-    /// search document, the name index does not) and a one-line term (a term with a
-    /// newline is checked field by field).
+    /// The shape for `request` in a workspace that is small or not: a walk only for a
+    /// search in the default order (the order index carries the search document, the
+    /// name index does not) and a one-line term (a term with a newline is checked field
+    /// by field), and only in a small workspace or for a term too short for the trigram
+    /// index.
     pub fn choose<K>(request: &ListRequest<K>, small_workspace: bool) -> Self {
-        if small_workspace && Self::walkable(request) {
+        if Self::walkable(request) && (small_workspace || Self::too_short_for_trigrams(request)) {
             Self::Walk
         } else {
             Self::Planned
         }
+    }
+
+    /// A term of one or two characters has no trigram, so no index narrows its search.
+    /// Planned, it may become a scan of every workspace's rows (PostgreSQL's estimate
+    /// of such a pattern is a guess); walked, it reads only its own workspace's range
+    /// of the order index, and a common term stops after a page of matches.
+    pub(crate) fn too_short_for_trigrams<K>(request: &ListRequest<K>) -> bool {
+        request.search.as_ref().is_some_and(|search| search.as_str().chars().count() < 3)
     }
 
     pub(crate) fn walkable<K>(request: &ListRequest<K>) -> bool {
@@ -94,8 +103,8 @@ pub async fn fetch_page<R: Resource>(
     connections: &ReadConnections,
     request: &ListRequest<R::Kind>,
     shape: SearchShape,
-) -> Result<Vec<PgRow>, sqlx::Error> {
-    connections.fetch_all(shape.plan_mode(request), list_sql::<R>(request, shape).build()).await
+) -> Result<Vec<PgRow>, ReadError> {
+    connections.fetch_for(request.workspace_id, shape.plan_mode(request), list_sql::<R>(request, shape).build()).await
 }
 
 /// The statement for `request`; public so benchmarks can run the very same SQL.

@@ -10,6 +10,7 @@ pub mod listing;
 pub mod lookups;
 pub mod notifications;
 pub mod values;
+pub mod workspace_shares;
 pub mod workspace_sizes;
 
 use std::str::FromStr;
@@ -32,6 +33,16 @@ pub struct PoolSettings {
     pub acquire_timeout: Duration,
     /// Server-side cap on one statement, so a slow database cannot hang requests.
     pub statement_timeout: Duration,
+    /// Listing connections one workspace may use at once (see [`workspace_shares`]).
+    pub connections_per_workspace: u32,
+}
+
+impl PoolSettings {
+    /// The default share of one workspace: a quarter of the connections, at least one,
+    /// so that three others always find a quarter free each.
+    pub fn default_share(max_connections: u32) -> u32 {
+        (max_connections / 4).max(1)
+    }
 }
 
 /// Opens a pool without connecting yet: the API starts (and answers 503) even while

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::connections::{PlanMode, ReadConnections};
+use super::connections::{PlanMode, ReadConnections, ReadError};
 use super::listing::{Resource, SearchShape};
 use crate::listing::ListRequest;
 
@@ -64,8 +64,10 @@ impl WorkspaceSizes {
         &self,
         connections: &ReadConnections,
         request: &ListRequest<R::Kind>,
-    ) -> Result<SearchShape, sqlx::Error> {
+    ) -> Result<SearchShape, ReadError> {
+        // A term too short for trigrams is walked whatever the size: no need to count.
         let small = SearchShape::walkable(request)
+            && !SearchShape::too_short_for_trigrams(request)
             && self.settings.below_rows > 0
             && self.is_small(connections, R::NAME, request.workspace_id).await?;
         Ok(SearchShape::choose(request, small))
@@ -77,7 +79,7 @@ impl WorkspaceSizes {
         connections: &ReadConnections,
         table: &'static str,
         workspace_id: Uuid,
-    ) -> Result<bool, sqlx::Error> {
+    ) -> Result<bool, ReadError> {
         let key = (table, workspace_id);
         if let Some((small, counted)) = self.known().get(&key) {
             if counted.elapsed() < self.settings.recount_after {
@@ -89,8 +91,9 @@ impl WorkspaceSizes {
             "select count(*) from (select from {table} where workspace_id = $1 and status = 'active' limit $2) as counted"
         );
         let query = sqlx::query(&count).bind(workspace_id).bind(i64::from(self.settings.below_rows));
-        let rows = connections.fetch_all(PlanMode::Generic, query).await?;
-        let counted: i64 = rows.first().map(|row| row.try_get(0)).transpose()?.unwrap_or(0);
+        let rows = connections.fetch_for(workspace_id, PlanMode::Generic, query).await?;
+        let counted: i64 =
+            rows.first().map(|row| row.try_get(0)).transpose().map_err(ReadError::Database)?.unwrap_or(0);
         let small = counted < i64::from(self.settings.below_rows);
         let mut known = self.known();
         if known.len() >= REMEMBERED {

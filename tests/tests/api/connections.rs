@@ -23,6 +23,7 @@ pub(crate) fn settings(max_connections: u32) -> PoolSettings {
         max_connections,
         acquire_timeout: Duration::from_secs(10),
         statement_timeout: Duration::from_secs(30),
+        connections_per_workspace: max_connections,
     }
 }
 

@@ -31,3 +31,4 @@ mod search;
 mod statements;
 mod values;
 mod walks;
+mod workspace_shares;

@@ -39,7 +39,12 @@ async fn get(app: &TestApp, path: &str) -> Reply {
 }
 
 fn pool_settings(acquire_timeout: Duration) -> PoolSettings {
-    PoolSettings { max_connections: 2, acquire_timeout, statement_timeout: Duration::from_secs(5) }
+    PoolSettings {
+        max_connections: 2,
+        acquire_timeout,
+        statement_timeout: Duration::from_secs(5),
+        connections_per_workspace: PoolSettings::default_share(2),
+    }
 }
 
 /// A database of its own with no tables at all (named so the harness sweeps it).

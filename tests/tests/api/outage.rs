@@ -15,6 +15,7 @@ fn unreachable_pool() -> sqlx::PgPool {
         max_connections: 2,
         acquire_timeout: Duration::from_millis(500),
         statement_timeout: Duration::from_secs(1),
+        connections_per_workspace: 1,
     };
     lazy_pool("postgres://postgres@127.0.0.1:9/lectern", &settings).expect("pool options")
 }

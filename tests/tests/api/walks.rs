@@ -198,3 +198,15 @@ async fn a_threshold_of_zero_walks_no_workspace_and_counts_nothing() {
 
     assert_eq!(shapes(&statements), ["planned"]);
 }
+
+#[test]
+fn a_term_too_short_for_trigrams_is_walked_even_in_a_large_workspace() {
+    let workspace = Uuid::new_v4();
+    for short in ["a", "ab", "öß"] {
+        assert_eq!(SearchShape::choose(&search(workspace, short, "50"), false), SearchShape::Walk, "{short:?}");
+    }
+    assert_eq!(SearchShape::choose(&search(workspace, "abc", "50"), false), SearchShape::Planned);
+    let mut by_name = search(workspace, "ab", "50");
+    by_name.sort = SortKey::Name;
+    assert_eq!(SearchShape::choose(&by_name, false), SearchShape::Planned, "the name index carries no document");
+}
