@@ -15,6 +15,9 @@ use super::{caller, AppState};
 use crate::error::ApiError;
 use crate::keys::{Principal, Scope};
 
+/// The header the key travels in.
+const KEY_HEADER: &str = "x-api-key";
+
 /// A workspace API key with the `contacts:read` scope, sent in the `X-API-Key` header.
 /// Keys look like `lk_live_<key id>_<secret>`; the workspace is the key's.
 #[derive(Debug, SecurityScheme)]
@@ -36,6 +39,10 @@ async fn items_read(request: &Request, key: ApiKey) -> poem::Result<Principal> {
 
 /// The contract's order: authenticate (401), rate limit (429), scope (403).
 async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Result<Principal> {
+    // poem-openapi hands over the first of several; which key was meant is unknowable.
+    if request.headers().get_all(KEY_HEADER).iter().nth(1).is_some() {
+        return Err(ApiError::Unauthorized("Send exactly one X-API-Key header.").into());
+    }
     let state = request
         .data::<Arc<AppState>>()
         .ok_or_else(|| ApiError::Internal("application state is not attached to the request".into()))?;
@@ -58,6 +65,7 @@ async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Re
     let standing = state.rate_limits.check_key(&principal.key_id);
     caller::record(|caller| {
         caller.key_id = Some(principal.key_id.clone());
+        caller.workspace_id = Some(principal.workspace_id);
         caller.standing = Some(standing);
     });
     if let Some(retry_after_secs) = standing.retry_after_secs {

@@ -11,6 +11,8 @@ use crate::rate_limit::Standing;
 pub struct Caller {
     /// The verified key's id (its public part, never the secret).
     pub key_id: Option<String>,
+    /// The verified key's workspace.
+    pub workspace_id: Option<uuid::Uuid>,
     /// Where the key stands against its rate limit, once counted.
     pub standing: Option<Standing>,
     /// Set when the client address made too many uncached key lookups.
@@ -27,6 +29,11 @@ pub async fn scope<F: std::future::Future>(future: F) -> (F::Output, Caller) {
     let output = CALLER.scope(slot.clone(), future).await;
     let caller = slot.lock().unwrap_or_else(PoisonError::into_inner).clone();
     (output, caller)
+}
+
+/// The current request's verified workspace, once its key was checked.
+pub fn workspace_id() -> Option<uuid::Uuid> {
+    CALLER.try_with(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).workspace_id).ok().flatten()
 }
 
 /// Updates the current request's caller record (no-op outside a request).

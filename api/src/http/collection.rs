@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use lectern_schema::json::{write_str, WriteJson};
+use poem::Request;
 use sqlx::postgres::PgRow;
 
 use crate::db::first_pages::PageKey;
@@ -256,21 +257,44 @@ pub fn id_example() -> RecordId {
     RecordId("b3c6a1d2-2f0e-4c1b-9a9e-7e3d5c2b1a00".to_owned())
 }
 
-/// The query parameters of every listing; `K` is the resource's `type` filter.
+/// The query parameters of every listing of `R`.
 #[derive(Debug)]
-pub struct ListQuery<K>(std::marker::PhantomData<K>);
+pub struct ListQuery<R>(std::marker::PhantomData<R>);
 
-impl<K> QueryContract for ListQuery<K>
+impl<R> QueryContract for ListQuery<R>
 where
-    K: std::str::FromStr<Err = String> + Send + Sync + 'static,
+    R: Resource + Send + Sync + 'static,
+    R::Kind: std::str::FromStr<Err = String> + Default + Send + Sync + 'static,
 {
     const PARAMETERS: &'static [Parameter] = &[
         ("search", parses_as::<SearchText>),
         ("cursor", parses_as::<CursorToken>),
         ("limit", parses_as::<Limit>),
-        ("type", parses_as::<K>),
+        ("type", parses_as::<R::Kind>),
         ("sort", parses_as::<SortKey>),
     ];
+
+    /// The cursor opened as [`list_page`] opens it, against the scope the query names.
+    fn cursor_problem(request: &Request, query: &[(&'static str, String)]) -> Option<String> {
+        use crate::listing::KindFilter;
+
+        let value = |name: &str| query.iter().find(|(given, _)| *given == name).map(|(_, value)| value.as_str());
+        let cursor = value("cursor")?;
+        let state = request.data::<Arc<AppState>>()?;
+        let workspace_id = super::caller::workspace_id()?;
+        // Every value here passed its own check; one that did not is reported already.
+        let search = value("search").map(str::parse::<SearchText>).transpose().ok()?.and_then(SearchText::into_filter);
+        let kind = value("type").map(str::parse::<R::Kind>).transpose().ok()?.unwrap_or_default();
+        let sort = value("sort").map(str::parse::<SortKey>).transpose().ok()?.unwrap_or_default();
+        let scope = CursorScope {
+            resource: R::NAME,
+            workspace_id,
+            kind: kind.as_str(),
+            search: search.as_ref().map(SearchText::as_str),
+            sort,
+        };
+        state.cursors.open(cursor, &scope).err().map(|problem| format!("cursor: {problem}"))
+    }
 }
 
 /// Retrieve operations: a record id at the end of the path, no query parameters.

@@ -22,10 +22,14 @@ pub async fn compress<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Res
         .join(",");
     let algorithm = negotiate(&chosen);
     let response = inner.call(request).await?.into_response();
-    Ok(match algorithm {
+    let mut response = match algorithm {
         Some(algorithm) => Compress::new(response, algorithm).into_response(),
         None => response,
-    })
+    };
+    // Every response here depends on Accept-Encoding, the uncompressed ones too: a
+    // cache in between must not hand a compressed body to a client that refused it.
+    response.headers_mut().append(header::VARY, header::HeaderValue::from_static("accept-encoding"));
+    Ok(response)
 }
 
 /// The offered coding with the highest q-value the header allows (ties: our order);

@@ -40,7 +40,7 @@ pub struct ContactEnvelope {
 }
 
 /// listContacts' query parameters.
-pub type ListContactsQuery = ListQuery<ContactType>;
+pub type ListContactsQuery = ListQuery<Contacts>;
 
 /// The example search the document gives (see [`limit_example`]).
 fn search_example() -> Option<SearchText> {

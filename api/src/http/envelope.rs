@@ -90,6 +90,9 @@ macro_rules! error_responses {
 }
 pub(crate) use error_responses;
 
+/// The challenge of every 401: an API key in the `X-API-Key` header.
+pub const KEY_CHALLENGE: &str = "ApiKey realm=\"lectern\", header=\"X-API-Key\"";
+
 /// Wraps the whole application: request id in, envelope and `X-Request-Id` out,
 /// panics caught, one log line per request.
 pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem::Result<Response> {
@@ -143,6 +146,10 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
     if status == StatusCode::METHOD_NOT_ALLOWED {
         // RFC 9110: a 405 names the methods the resource supports; every route is read-only.
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        // RFC 9110: a 401 names the scheme that would succeed.
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(KEY_CHALLENGE));
     }
     if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -40,7 +40,7 @@ pub struct ItemEnvelope {
 }
 
 /// listItems' query parameters.
-pub type ListItemsQuery = ListQuery<ItemKind>;
+pub type ListItemsQuery = ListQuery<Items>;
 
 /// The example search the document gives (see [`limit_example`]).
 fn search_example() -> Option<SearchText> {

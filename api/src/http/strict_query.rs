@@ -20,6 +20,13 @@ pub trait QueryContract: Send + Sync + 'static {
     /// Whether the path ends in a record id, checked here too so that a bad id and a
     /// bad query parameter are reported together.
     const PATH_ENDS_IN_ID: bool = false;
+
+    /// What is wrong with the cursor of `query` (the accepted parameters, decoded), if
+    /// anything. Asked only when the query has other problems, so that one answer lists
+    /// them all; the handler opens the cursor of a valid query itself.
+    fn cursor_problem(_request: &Request, _query: &[(&'static str, String)]) -> Option<String> {
+        None
+    }
 }
 
 /// Validates one parameter's value, saying what is wrong with it.
@@ -38,32 +45,50 @@ pub struct StrictQuery<C>(PhantomData<C>);
 
 impl<'a, C: QueryContract> FromRequest<'a> for StrictQuery<C> {
     async fn from_request(request: &'a Request, _body: &mut RequestBody) -> poem::Result<Self> {
-        let mut problems = problems(request, C::PARAMETERS);
+        let (mut problems, accepted) = problems(request, C::PARAMETERS);
         if C::PATH_ENDS_IN_ID {
             let id = request.uri().path().rsplit('/').next().unwrap_or_default();
             if decode(id).and_then(|id| uuid::Uuid::try_parse(&id).ok()).is_none() {
                 problems.insert(0, "id: must be a UUID".to_owned());
             }
         }
-        match problems.len() {
-            0 => Ok(Self(PhantomData)),
-            1 => {
-                Err(ApiError::Validation { message: format!("Invalid request: {}", problems[0]), details: problems }
-                    .into())
-            }
-            n => Err(ApiError::Validation {
-                message: format!("Invalid request: {n} problems, listed in details."),
-                details: problems,
-            }
-            .into()),
+        if !problems.is_empty() {
+            problems.extend(C::cursor_problem(request, &accepted));
+        }
+        match validation_error(problems) {
+            None => Ok(Self(PhantomData)),
+            Some(error) => Err(error.into()),
         }
     }
 }
 
 /// Longest parameter name echoed back in a message.
 const MAX_ECHOED_NAME: usize = 64;
+/// Problems listed in `details` at most; the message says how many there were.
+pub const MAX_DETAILS: usize = 20;
 
-fn problems(request: &Request, allowed: &[Parameter]) -> Vec<String> {
+/// The 400 for `problems`, or `None` when there are none. The same problem given many
+/// times (a query of thousands of `a&a&…`) is listed once, and the list is cut at
+/// [`MAX_DETAILS`], so the answer stays small whatever the request.
+fn validation_error(mut problems: Vec<String>) -> Option<ApiError> {
+    let mut seen = std::collections::HashSet::new();
+    problems.retain(|problem| seen.insert(problem.clone()));
+    let message = match problems.len() {
+        0 => return None,
+        1 => format!("Invalid request: {}", problems[0]),
+        n if n <= MAX_DETAILS => format!("Invalid request: {n} problems, listed in details."),
+        n => format!(
+            "Invalid request: {n} problems; the first {MAX_DETAILS} are listed in details, {} left out.",
+            n - MAX_DETAILS
+        ),
+    };
+    problems.truncate(MAX_DETAILS);
+    Some(ApiError::Validation { message, details: problems })
+}
+
+/// The problems of the query and body, and the accepted parameters with their values.
+fn problems(request: &Request, allowed: &[Parameter]) -> (Vec<String>, Vec<(&'static str, String)>) {
+    let mut accepted = Vec::new();
     let mut problems = Vec::new();
     if has_body(request) {
         problems.push("body: a GET request takes no body (the workspace always comes from the API key)".to_owned());
@@ -99,14 +124,13 @@ fn problems(request: &Request, allowed: &[Parameter]) -> Vec<String> {
                     .to_owned(),
             ),
             None => problems.push(format!("{known}: value is not valid UTF-8")),
-            Some(value) => {
-                if let Err(problem) = check(&value) {
-                    problems.push(format!("{known}: {problem}"));
-                }
-            }
+            Some(value) => match check(&value) {
+                Ok(()) => accepted.push((known, value)),
+                Err(problem) => problems.push(format!("{known}: {problem}")),
+            },
         }
     }
-    problems
+    (problems, accepted)
 }
 
 /// Form decoding as poem-openapi does it (`+` is a space), but refusing invalid UTF-8
@@ -155,7 +179,7 @@ mod tests {
     const ALLOWED: &[Parameter] = &[("a", ok), ("b", small)];
 
     fn check(uri: &str) -> Vec<String> {
-        problems(&Request::builder().uri(uri.parse().unwrap()).finish(), ALLOWED)
+        problems(&Request::builder().uri(uri.parse().unwrap()).finish(), ALLOWED).0
     }
 
     #[test]
@@ -181,6 +205,16 @@ mod tests {
             let found = check(&format!("/x?{name}=1"));
             assert!(found[0].contains("comes from the API key"), "{name}: {found:?}");
         }
+    }
+
+    #[test]
+    fn thousands_of_problems_are_listed_once_each_and_cut_with_a_count_of_the_rest() {
+        let query = (0..4_000).map(|index| format!("p{}=1", index % 30)).collect::<Vec<_>>().join("&");
+        let Some(ApiError::Validation { message, details }) = validation_error(check(&format!("/x?{query}"))) else {
+            panic!("no validation error")
+        };
+        assert_eq!(details.len(), MAX_DETAILS);
+        assert!(message.contains("30 problems") && message.contains("10 left out"), "{message}");
     }
 
     #[test]

@@ -70,6 +70,28 @@ async fn a_request_without_an_api_key_is_a_401() {
     let reply = app.send(app.http.get(app.url("/v1/contacts"))).await;
 
     reply.assert_error(401, "UNAUTHORIZED");
+    assert_eq!(
+        reply.header("www-authenticate"),
+        Some(r#"ApiKey realm="lectern", header="X-API-Key""#),
+        "a 401 names the scheme that would succeed"
+    );
+}
+
+#[tokio::test]
+async fn two_api_key_headers_are_a_401_even_when_both_are_valid() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (_, key) = app.workspace_with_key().await;
+    let (_, other) = app.workspace_with_key().await;
+
+    for second in [&key, &other] {
+        let request = app.http.get(app.url("/v1/contacts")).header("X-API-Key", &key).header("X-API-Key", second);
+        let reply = app.send(request).await;
+
+        reply.assert_error(401, "UNAUTHORIZED");
+        assert!(reply.text.contains("exactly one X-API-Key"), "{}", reply.text);
+        assert!(reply.header("www-authenticate").is_some(), "a 401 without WWW-Authenticate");
+    }
 }
 
 #[tokio::test]

@@ -215,6 +215,7 @@ async fn a_client_accepting_gzip_gets_a_gzip_body() {
 
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers().get("content-encoding").and_then(|v| v.to_str().ok()), Some("gzip"));
+    assert_eq!(response.headers().get("vary").and_then(|v| v.to_str().ok()), Some("accept-encoding"));
     let bytes = response.bytes().await.expect("body");
     assert_eq!(bytes.get(..2), Some(&[0x1f, 0x8b][..]), "a gzip member starts with its magic bytes: {bytes:?}");
 }
@@ -267,6 +268,11 @@ async fn a_client_asking_for_no_compression_gets_plain_json() {
 
     assert_eq!(response.status(), 200);
     assert!(response.headers().get("content-encoding").is_none(), "{:?}", response.headers());
+    assert_eq!(
+        response.headers().get("vary").and_then(|v| v.to_str().ok()),
+        Some("accept-encoding"),
+        "the plain body depends on Accept-Encoding too, for any cache in between"
+    );
     let body: Value = response.json().await.expect("plain JSON");
     assert_eq!(body["data"].as_array().map(Vec::len), Some(3), "{body}");
 }

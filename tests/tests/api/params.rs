@@ -238,6 +238,48 @@ async fn several_problems_are_one_400_with_one_detail_per_problem() {
 }
 
 #[tokio::test]
+async fn a_bad_cursor_is_reported_together_with_the_other_parameters_problems() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (_, key) = app.workspace_with_key().await;
+    let forged = "AQAAAABnZWxsb3dvcmxkAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+    let reply = app.get(&key, &format!("/v1/contacts?colour=red&cursor={forged}&limit=0")).await;
+
+    reply.assert_error(400, "VALIDATION_ERROR");
+    let details = reply.details();
+    for parameter in ["colour", "limit", "cursor"] {
+        assert!(
+            details.iter().any(|detail| detail.starts_with(&format!("{parameter}:"))),
+            "no detail for {parameter}: {details:?}"
+        );
+    }
+    assert!(details.iter().any(|detail| detail.contains("start a new traversal")), "{details:?}");
+}
+
+#[tokio::test]
+async fn a_query_of_thousands_of_problems_is_a_small_400_that_says_how_many_were_left_out() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (_, key) = app.workspace_with_key().await;
+    let repeated = vec!["a"; 7_000].join("&");
+    let distinct = (0..2_000).map(|index| format!("p{index}")).collect::<Vec<_>>().join("&");
+
+    let repeated = app.get(&key, &format!("/v1/contacts?{repeated}")).await;
+    let distinct = app.get(&key, &format!("/v1/contacts?{distinct}")).await;
+
+    repeated.assert_error(400, "VALIDATION_ERROR");
+    assert_eq!(repeated.details().len(), 1, "one problem given 7,000 times: {}", repeated.text);
+    distinct.assert_error(400, "VALIDATION_ERROR");
+    assert_eq!(distinct.details().len(), 20, "the details are cut");
+    let message = distinct.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("2000 problems") && message.contains("1980 left out"), "{message}");
+    for reply in [&repeated, &distinct] {
+        assert!(reply.text.len() < 4_096, "a {} byte answer to a 14 KiB query", reply.text.len());
+    }
+}
+
+#[tokio::test]
 async fn a_query_value_that_is_not_utf8_is_a_400_naming_its_parameter() {
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
