@@ -179,8 +179,8 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
                                 letter.id,
                                 letter.stream_sequence,
                                 letter.received_at.to_rfc3339(),
-                                letter.subject,
-                                letter.reason
+                                dead_letters::printable(&letter.subject),
+                                dead_letters::printable(&letter.reason)
                             )
                         })
                         .collect::<String>(),
@@ -195,7 +195,7 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
             }
             let mut text = format!("{} applied and removed", outcome.applied.len());
             for (id, reason) in &outcome.still_failing {
-                text.push_str(&format!("\n{id} still fails: {reason}"));
+                text.push_str(&format!("\n{id} still fails: {}", dead_letters::printable(reason)));
             }
             write_stdout(&format!("{text}\n"))
         }

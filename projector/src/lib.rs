@@ -15,7 +15,7 @@
 //! - [`durable_acks`]: acknowledging batches once their commits are flushed.
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
-//! - [`dead_letters`]: listing and retrying dead letters.
+//! - [`dead_letters`]: storing dead letters whatever their bytes, listing and retrying them.
 //! - [`demo`]: the demo workspace's data, published as real change events.
 //! - [`error`]: the crate's error type.
 //! - [`metrics`]: what the projector counts and times.

@@ -12,6 +12,7 @@ mod commands;
 mod commit_modes;
 mod concurrency;
 mod convergence;
+mod dead_letter_bytes;
 mod dead_letters;
 mod demo;
 mod durable_acks;
