@@ -1,7 +1,8 @@
 //! A message that breaks the contract ends as a dead letter whatever bytes its subject,
 //! payload or reason hold, PostgreSQL's `text` notwithstanding, so it never holds up the
 //! events pulled with it; `dead-letters list` and `retry` work from what is stored,
-//! exactly as it came.
+//! exactly as it came. The one exception, a subject that is not UTF-8, never reaches the
+//! projector (async-nats cannot read it), but does not stop what follows either.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use lectern_tests::projector::{
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use uuid::Uuid;
 
 use crate::dead_letters::{contact_subject, dead_letter_count, dead_letters_cli};
@@ -197,5 +199,41 @@ async fn a_dead_letter_the_databases_encoding_cannot_hold_is_stored_in_ascii_bes
     let listed = dead_letters_cli(&db, &["list", "--output", "json"]).await;
     listed.assert_success();
     assert_eq!(listed.json()[0]["subject"], subject.as_str(), "listed exactly as it came: {}", listed.stdout);
+    projector.stop().await;
+}
+
+/// Publishes `payload` on `subject` over the bare protocol: NATS stores a subject that is
+/// not UTF-8, which no Rust client can send.
+async fn publish_bytes(nats: &TestNats, subject: &[u8], payload: &[u8]) {
+    let mut connection = tokio::net::TcpStream::connect(("127.0.0.1", nats.port)).await.expect("connect to NATS");
+    let mut reader = BufReader::new(&mut connection);
+    let mut info = String::new();
+    reader.read_line(&mut info).await.expect("the server's INFO");
+    let mut publish = b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\nPUB ".to_vec();
+    publish.extend_from_slice(subject);
+    publish.extend_from_slice(format!(" {}\r\n", payload.len()).as_bytes());
+    publish.extend_from_slice(payload);
+    publish.extend_from_slice(b"\r\nPING\r\n");
+    connection.write_all(&publish).await.expect("publish");
+    let mut pong = String::new();
+    BufReader::new(&mut connection).read_line(&mut pong).await.expect("the server's answer");
+    assert_eq!(pong.trim(), "PONG", "the server refused the publish");
+}
+
+/// Such a message never becomes a dead letter: async-nats drops its connection on
+/// reading it, so it cannot reach the projector. It must not stop what follows, though.
+#[tokio::test]
+async fn a_message_whose_subject_is_not_utf8_does_not_stop_the_events_after_it() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let client = nats.client().await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
+
+    let mut subject = format!("changes.{}.contacts.", Uuid::new_v4()).into_bytes();
+    subject.extend_from_slice(&[0xFF, 0xFE]);
+    publish_bytes(&nats, &subject, b"{}").await;
+    let good = publish_good(&client, "After").await;
+
+    assert!(settle(&db.pool, 0, &[good]).await, "the event after a subject that is not UTF-8 was never applied");
     projector.stop().await;
 }

@@ -20,4 +20,5 @@ mod end_to_end;
 mod operations;
 mod pending_lists;
 mod process;
+mod redelivery;
 mod workspace_indexes;
