@@ -14,7 +14,8 @@
 //!
 //! Transient failures (PostgreSQL or NATS away) are retried with backoff, without
 //! acknowledging and without exiting; the messages stay ours meanwhile
-//! ([`crate::in_hand`]). On shutdown the batches in hand are finished, committed and
+//! ([`crate::in_hand`]), and a batch that stays uncommitted too long is reported
+//! ([`crate::stuck`]). On shutdown the batches in hand are finished, committed and
 //! acknowledged before the loop returns.
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::in_hand::InHand;
 use crate::pending_lists;
 use crate::pull::pull;
 use crate::stream::{ensure_consumer, ensure_stream};
+use crate::stuck;
 use crate::workspace_indexes::{self, OwnIndexSettings};
 
 /// How the loop pulls.
@@ -87,6 +89,18 @@ pub async fn run(
     settings: RunSettings,
     shutdown: CancellationToken,
 ) -> Result<(), ProjectorError> {
+    run_watched(client, pool, settings, stuck::Batches::default(), shutdown).await
+}
+
+/// [`run`], its batches in hand watched through `batches`, which readiness and the
+/// metrics read too.
+pub async fn run_watched(
+    client: async_nats::Client,
+    pool: PgPool,
+    settings: RunSettings,
+    batches: stuck::Batches,
+    shutdown: CancellationToken,
+) -> Result<(), ProjectorError> {
     let jetstream = jetstream::new(client.clone());
     let mut backoff = Backoff::default();
     let consumer = loop {
@@ -108,6 +122,7 @@ pub async fn run(
     let committed = Arc::new(Notify::new());
     let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
     let indexer = tokio::spawn(workspace_indexes::maintain(pool.clone(), settings.own_indexes, shutdown.clone()));
+    let reporter = tokio::spawn(batches.clone().report(jetstream.clone(), shutdown.clone()));
     let durable_acks = DurableAcks::default();
     // Not `shutdown`: the barriers go on until the last batch's messages are acknowledged.
     let acks_finished = CancellationToken::new();
@@ -145,10 +160,10 @@ pub async fn run(
             continue;
         }
         let batch = InHand::new(batch);
-        let (pool, shutdown, committed, durable_acks) =
-            (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone());
+        let (pool, shutdown, committed, durable_acks, batches) =
+            (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone(), batches.clone());
         in_flight.spawn(async move {
-            if apply_until_committed(&pool, batch, &durable_acks, &shutdown).await {
+            if apply_until_committed(&pool, batch, &durable_acks, &batches, &shutdown).await {
                 committed.notify_one();
             }
             drop(permit);
@@ -159,6 +174,8 @@ pub async fn run(
     }
     merger.abort();
     indexer.abort();
+    // Ends by itself with `shutdown`, withdrawing any report it made.
+    let _ = reporter.await;
     acks_finished.cancel();
     if let Err(error) = acknowledger.await {
         tracing::error!(%error, "the flush barriers ended early; unacknowledged messages will be redelivered");
@@ -188,6 +205,7 @@ async fn apply_until_committed(
     pool: &PgPool,
     batch: InHand,
     durable_acks: &DurableAcks,
+    batches: &stuck::Batches,
     shutdown: &CancellationToken,
 ) -> bool {
     let started = std::time::Instant::now();
@@ -203,6 +221,7 @@ async fn apply_until_committed(
             payload: message.payload.to_vec(),
         })
         .collect();
+    let tracked = batches.track(received.first().map_or(0, |message| message.stream_sequence), received.len());
     let mut backoff = Backoff::default();
     let committed_witness = loop {
         // Taken before the transaction begins, so the barrier's connection was there
@@ -221,12 +240,14 @@ async fn apply_until_committed(
             Err(error) => {
                 tracing::warn!(%error, messages = received.len(), "applying a batch failed; retrying, nothing acknowledged");
                 crate::metrics::record_retry();
+                tracked.failed(&error);
                 if backoff.wait_or_stop(shutdown).await {
                     return false;
                 }
             }
         }
     };
+    drop(tracked);
     match committed_witness {
         Some(witness) => durable_acks.acknowledge_after_flush(witness, batch),
         None => batch.acknowledge().await,

@@ -10,7 +10,7 @@
 //! letter the database still refuses is stored again with its text escaped to printable
 //! ASCII, which every encoding holds ([`store_one_by_one`]). Only if even that is refused
 //! (the table is gone, a permission is missing) does its batch fail and retry,
-//! unacknowledged.
+//! unacknowledged, in view of `status` and readiness (see [`crate::stuck`]).
 
 use std::borrow::Cow;
 

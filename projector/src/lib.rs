@@ -15,6 +15,7 @@
 //! - [`apply`]: one batch into the read model, in one transaction.
 //! - [`durable_acks`]: acknowledging batches once their commits are flushed.
 //! - [`in_hand`]: keeping the messages of a slow batch from being redelivered.
+//! - [`stuck`]: batches that do not commit, shown to readiness, metrics and `status`.
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
 //! - [`dead_letters`]: storing dead letters whatever their bytes, listing and retrying them.
@@ -36,4 +37,5 @@ pub mod operations;
 pub mod pending_lists;
 pub mod pull;
 pub mod stream;
+pub mod stuck;
 pub mod workspace_indexes;

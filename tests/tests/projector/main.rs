@@ -21,4 +21,5 @@ mod operations;
 mod pending_lists;
 mod process;
 mod redelivery;
+mod stuck_batches;
 mod workspace_indexes;
