@@ -26,7 +26,7 @@ const RECONNECT_CHECK: Duration = Duration::from_millis(100);
 /// the pull expired.)
 ///
 /// A pull whose connection drops is lost with it, and the pull returns at once so that
-/// the next one goes out on the new connection. Waiting out [`PULL_STALL`] instead
+/// the next one goes out on the new connection. Waiting out `PULL_STALL` instead
 /// would let a message that async-nats cannot read (NATS takes a subject that is not
 /// UTF-8; the client drops its connection on reading it) stop the projector: it is
 /// redelivered every [`crate::stream::ACK_WAIT`], which is shorter than the stall, so
