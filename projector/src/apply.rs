@@ -13,6 +13,7 @@ use lectern_schema::events::{ChangeEvent, ChangeKind, EntityKind, RecordState};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use crate::dead_letters::{self, Refused};
 use crate::error::is_transient_database_error;
 
 /// One message as received: where it came from and its raw bytes.
@@ -53,7 +54,6 @@ impl CommitMode {
 }
 
 type Decoded<'a> = (&'a Received, ChangeEvent);
-type Refused<'a> = (&'a Received, String);
 
 /// Decodes, applies and dead-letters `batch` in one transaction, committed as `mode`
 /// says. An `Err` means nothing was committed, and the whole batch may be retried.
@@ -114,10 +114,14 @@ async fn write_in_a_transaction(
 ) -> Result<(), sqlx::Error> {
     let mut transaction = pool.begin_with(mode.begin()).await?;
     write_events(&mut transaction, events.iter().map(|(_, event)| event)).await?;
-    write_dead_letters(&mut transaction, refused).await?;
+    dead_letters::store(&mut transaction, refused).await?;
     transaction.commit().await
 }
 
+/// A batch the database refused: each event under a savepoint of its own, the refused
+/// ones dead-lettered, and the dead letters stored one by one
+/// ([`dead_letters::store_one_by_one`]), so that whatever the database refuses ends as a
+/// dead letter instead of failing the batch again.
 async fn apply_one_by_one<'a>(
     pool: &PgPool,
     events: Vec<Decoded<'a>>,
@@ -138,7 +142,7 @@ async fn apply_one_by_one<'a>(
             }
         }
     }
-    write_dead_letters(&mut transaction, &refused).await?;
+    dead_letters::store_one_by_one(&mut transaction, &refused).await?;
     transaction.commit().await?;
     crate::metrics::record_committed(applied.iter(), refused.iter().map(|(message, _)| message.subject.as_str()));
     Ok(Applied { events: applied.len(), dead_letters: refused.len() })
@@ -387,28 +391,4 @@ struct ItemColumns {
     purchase_amount: Vec<Option<String>>,
     purchase_currency: Vec<Option<String>>,
     created_at: Vec<Option<DateTime<Utc>>>,
-}
-
-async fn write_dead_letters(connection: &mut PgConnection, refused: &[Refused<'_>]) -> Result<(), sqlx::Error> {
-    if refused.is_empty() {
-        return Ok(());
-    }
-    let subjects: Vec<&str> = refused.iter().map(|(message, _)| message.subject.as_str()).collect();
-    let sequences: Vec<i64> =
-        refused.iter().map(|(message, _)| i64::try_from(message.stream_sequence).unwrap_or(i64::MAX)).collect();
-    let payloads: Vec<&[u8]> = refused.iter().map(|(message, _)| message.payload.as_slice()).collect();
-    let reasons: Vec<&str> = refused.iter().map(|(_, reason)| reason.as_str()).collect();
-    // A redelivered poison message (acked but the ack lost) is stored once.
-    sqlx::query(
-        "insert into dead_letters (subject, stream_sequence, payload, reason)
-         select * from unnest($1::text[], $2::int8[], $3::bytea[], $4::text[])
-         on conflict (stream_sequence) do nothing",
-    )
-    .bind(&subjects)
-    .bind(&sequences)
-    .bind(&payloads)
-    .bind(&reasons)
-    .execute(connection)
-    .await?;
-    Ok(())
 }

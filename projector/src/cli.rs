@@ -15,6 +15,7 @@ use crate::demo;
 use crate::error::ProjectorError;
 use crate::operations;
 use crate::stream::{self, ensure_consumer, ensure_stream};
+use crate::stuck;
 use crate::workspace_indexes::OwnIndexSettings;
 use lectern_schema::ops::server::OperationsServer;
 
@@ -83,6 +84,10 @@ struct RunArgs {
     /// of their own.
     #[arg(long, env = "LECTERN_PROJECTOR_OWN_SEARCH_INDEX_EVERY", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     own_search_index_every: u64,
+    /// Seconds a batch may be in hand without committing before readiness, `status` and
+    /// the lectern_projector_batches_stuck gauge report it as stuck.
+    #[arg(long, env = "LECTERN_PROJECTOR_STUCK_AFTER", default_value_t = stuck::DEFAULT_STUCK_AFTER.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    stuck_after: u64,
     /// Address of the operations listener (/metrics, /healthz, /readyz); keep it private.
     #[arg(long, env = "LECTERN_PROJECTOR_METRICS_LISTEN", default_value = "127.0.0.1:9465")]
     metrics_listen: std::net::SocketAddr,
@@ -179,8 +184,8 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
                                 letter.id,
                                 letter.stream_sequence,
                                 letter.received_at.to_rfc3339(),
-                                letter.subject,
-                                letter.reason
+                                dead_letters::printable(&letter.subject),
+                                dead_letters::printable(&letter.reason)
                             )
                         })
                         .collect::<String>(),
@@ -195,7 +200,7 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
             }
             let mut text = format!("{} applied and removed", outcome.applied.len());
             for (id, reason) in &outcome.still_failing {
-                text.push_str(&format!("\n{id} still fails: {reason}"));
+                text.push_str(&format!("\n{id} still fails: {}", dead_letters::printable(reason)));
             }
             write_stdout(&format!("{text}\n"))
         }
@@ -229,9 +234,10 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let stopped = shutdown.clone();
+    let batches = stuck::Batches::new(std::time::Duration::from_secs(args.stuck_after));
     let operations_task = tokio::spawn(operations_server.run(
-        operations::readiness_check(client.clone(), pool.clone()),
-        operations::nothing_before_scrape(),
+        operations::readiness_check(client.clone(), pool.clone(), batches.clone()),
+        operations::before_scrape(batches.clone()),
         async move { stopped.cancelled().await },
     ));
     let settings = RunSettings {
@@ -243,7 +249,7 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         },
         ..RunSettings::default()
     };
-    let consumed = consumer::run(client, pool, settings, shutdown.clone()).await;
+    let consumed = consumer::run_watched(client, pool, settings, batches, shutdown.clone()).await;
     shutdown.cancel();
     if let Ok(Err(error)) = operations_task.await {
         tracing::warn!(%error, "the operations listener stopped with an error");
@@ -282,6 +288,7 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
     let mut consumer = ensure_consumer(&stream).await?;
     let last_sequence = stream.info().await.map_err(ProjectorError::nats)?.state.last_sequence;
     let info = consumer.info().await.map_err(ProjectorError::nats)?.clone();
+    let stuck = stuck::reported(&jetstream).await?;
     let dead = dead_letters::count(&connect(&args.database).await?).await?;
     let status = serde_json::json!({
         "stream": stream::STREAM,
@@ -291,20 +298,36 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
         "pending": info.num_pending,
         "unacknowledged": info.num_ack_pending,
         "deadLetters": dead,
+        "stuckBatches": stuck,
     });
     match args.output {
         Output::Json => write_stdout(&format!("{status}\n")),
         Output::Text => write_stdout(&format!(
-            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\n",
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}",
             stream::STREAM,
             last_sequence,
             stream::CONSUMER,
             info.ack_floor.stream_sequence,
             info.num_pending,
             info.num_ack_pending,
-            dead
+            dead,
+            stuck.len(),
+            stuck.iter().map(describe_stuck).collect::<String>()
         )),
     }
+}
+
+/// One stuck batch, indented under the count.
+fn describe_stuck(held: &stuck::HeldBatch) -> String {
+    let batch = &held.batch;
+    format!(
+        "    {} message(s) from stream sequence {}, in hand since {} ({}): {}\n",
+        batch.messages,
+        batch.first_sequence,
+        batch.pulled_at.to_rfc3339(),
+        held.process,
+        dead_letters::printable(batch.last_error.as_deref().unwrap_or("its first attempt has not returned"))
+    )
 }
 
 async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {

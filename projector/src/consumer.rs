@@ -13,14 +13,15 @@
 //! `apply`), and each batch is acknowledged only once its own commit is on disk.
 //!
 //! Transient failures (PostgreSQL or NATS away) are retried with backoff, without
-//! acknowledging and without exiting. On shutdown the batches in hand are finished,
-//! committed and acknowledged before the loop returns.
+//! acknowledging and without exiting; the messages stay ours meanwhile
+//! ([`crate::in_hand`]), and a batch that stays uncommitted too long is reported
+//! ([`crate::stuck`]). On shutdown the batches in hand are finished, committed and
+//! acknowledged before the loop returns.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use futures_util::StreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use tokio::sync::{Notify, Semaphore};
@@ -30,8 +31,11 @@ use tokio_util::sync::CancellationToken;
 use crate::apply::{apply_batch, CommitMode, Received};
 use crate::durable_acks::DurableAcks;
 use crate::error::ProjectorError;
+use crate::in_hand::InHand;
 use crate::pending_lists;
+use crate::pull::pull;
 use crate::stream::{ensure_consumer, ensure_stream};
+use crate::stuck;
 use crate::workspace_indexes::{self, OwnIndexSettings};
 
 /// How the loop pulls.
@@ -60,11 +64,6 @@ impl Default for RunSettings {
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// How long past its own wait a pull may go unanswered. A no-wait fetch has no
-/// client-side timeout in async-nats, so a request lost with a NATS restart (sent to
-/// the old server, unknown to the new one) would otherwise stop the projector for good.
-const PULL_STALL: Duration = Duration::from_secs(5);
-
 /// The projector's pool for the default settings; see [`pool_for`].
 pub fn pool(database_url: &str) -> Result<PgPool, sqlx::Error> {
     pool_for(database_url, RunSettings::default().concurrent_batches)
@@ -90,6 +89,18 @@ pub async fn run(
     settings: RunSettings,
     shutdown: CancellationToken,
 ) -> Result<(), ProjectorError> {
+    run_watched(client, pool, settings, stuck::Batches::default(), shutdown).await
+}
+
+/// [`run`], its batches in hand watched through `batches`, which readiness and the
+/// metrics read too.
+pub async fn run_watched(
+    client: async_nats::Client,
+    pool: PgPool,
+    settings: RunSettings,
+    batches: stuck::Batches,
+    shutdown: CancellationToken,
+) -> Result<(), ProjectorError> {
     let jetstream = jetstream::new(client.clone());
     let mut backoff = Backoff::default();
     let consumer = loop {
@@ -111,6 +122,7 @@ pub async fn run(
     let committed = Arc::new(Notify::new());
     let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
     let indexer = tokio::spawn(workspace_indexes::maintain(pool.clone(), settings.own_indexes, shutdown.clone()));
+    let reporter = tokio::spawn(batches.clone().report(jetstream.clone(), shutdown.clone()));
     let durable_acks = DurableAcks::default();
     // Not `shutdown`: the barriers go on until the last batch's messages are acknowledged.
     let acks_finished = CancellationToken::new();
@@ -131,7 +143,7 @@ pub async fn run(
         while let Some(finished) = in_flight.try_join_next() {
             report_if_panicked(finished);
         }
-        let batch = match pull(&consumer, &settings, catching_up, &shutdown).await {
+        let batch = match pull(&consumer, &client, &settings, catching_up, &shutdown).await {
             Ok(batch) => batch,
             Err(error) => {
                 tracing::warn!(%error, "pulling from JetStream failed; retrying");
@@ -147,10 +159,11 @@ pub async fn run(
             crate::metrics::record_lag(0);
             continue;
         }
-        let (pool, shutdown, committed, durable_acks) =
-            (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone());
+        let batch = InHand::new(batch);
+        let (pool, shutdown, committed, durable_acks, batches) =
+            (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone(), batches.clone());
         in_flight.spawn(async move {
-            if apply_until_committed(&pool, batch, &durable_acks, &shutdown).await {
+            if apply_until_committed(&pool, batch, &durable_acks, &batches, &shutdown).await {
                 committed.notify_one();
             }
             drop(permit);
@@ -161,6 +174,8 @@ pub async fn run(
     }
     merger.abort();
     indexer.abort();
+    // Ends by itself with `shutdown`, withdrawing any report it made.
+    let _ = reporter.await;
     acks_finished.cancel();
     if let Err(error) = acknowledger.await {
         tracing::error!(%error, "the flush barriers ended early; unacknowledged messages will be redelivered");
@@ -182,60 +197,23 @@ fn report_if_panicked(finished: Result<(), tokio::task::JoinError>) {
     }
 }
 
-/// One pull. While a backlog drains, a no-wait fetch returns at once with up to
-/// `batch_size` messages. When idle, the pull asks for a single message and returns the
-/// moment it arrives, so a trickle of events becomes visible within one transaction's
-/// time; the next pull is a no-wait fetch again and picks up whatever followed it. (A
-/// waiting pull for a whole batch would hold the first event until the batch filled or
-/// the pull expired.)
-async fn pull(
-    consumer: &jetstream::consumer::PullConsumer,
-    settings: &RunSettings,
-    catching_up: bool,
-    shutdown: &CancellationToken,
-) -> Result<Vec<jetstream::Message>, ProjectorError> {
-    let mut messages = if catching_up {
-        consumer.fetch().max_messages(settings.batch_size).messages().await
-    } else {
-        consumer.batch().max_messages(1).expires(settings.pull_wait).messages().await
-    }
-    .map_err(ProjectorError::nats)?;
-    let mut batch = Vec::with_capacity(settings.batch_size);
-    let stalled = tokio::time::sleep(settings.pull_wait + PULL_STALL);
-    tokio::pin!(stalled);
-    loop {
-        let next = tokio::select! {
-            next = messages.next() => next,
-            () = shutdown.cancelled(), if batch.is_empty() => return Ok(batch),
-            () = &mut stalled => {
-                tracing::debug!(messages = batch.len(), "a pull went unanswered; pulling again");
-                return Ok(batch);
-            }
-        };
-        match next {
-            Some(Ok(message)) => batch.push(message),
-            Some(Err(error)) if batch.is_empty() => return Err(ProjectorError::nats(error)),
-            // A pull that ends in an error after some messages still delivered them.
-            Some(Err(_)) | None => return Ok(batch),
-        }
-    }
-}
-
 /// Applies `batch` until it commits, then has every message of it acknowledged once the
 /// commit is flushed. While the database is away the batch is retried with backoff and
 /// nothing is acknowledged; on shutdown during such an outage the batch is left
 /// unacknowledged for redelivery. Returns whether it committed.
 async fn apply_until_committed(
     pool: &PgPool,
-    batch: Vec<jetstream::Message>,
+    batch: InHand,
     durable_acks: &DurableAcks,
+    batches: &stuck::Batches,
     shutdown: &CancellationToken,
 ) -> bool {
     let started = std::time::Instant::now();
-    if let Some(pending) = batch.last().and_then(|message| message.info().ok()).map(|info| info.pending) {
+    let messages = batch.messages();
+    if let Some(pending) = messages.last().and_then(|message| message.info().ok()).map(|info| info.pending) {
         crate::metrics::record_lag(pending);
     }
-    let received: Vec<Received> = batch
+    let received: Vec<Received> = messages
         .iter()
         .map(|message| Received {
             subject: message.subject.to_string(),
@@ -243,6 +221,7 @@ async fn apply_until_committed(
             payload: message.payload.to_vec(),
         })
         .collect();
+    let tracked = batches.track(received.first().map_or(0, |message| message.stream_sequence), received.len());
     let mut backoff = Backoff::default();
     let committed_witness = loop {
         // Taken before the transaction begins, so the barrier's connection was there
@@ -261,27 +240,17 @@ async fn apply_until_committed(
             Err(error) => {
                 tracing::warn!(%error, messages = received.len(), "applying a batch failed; retrying, nothing acknowledged");
                 crate::metrics::record_retry();
-                // Keep the messages ours while we wait, so JetStream does not hand them
-                // to another projector mid-retry.
-                for message in &batch {
-                    let _ = message.ack_with(jetstream::AckKind::Progress).await;
-                }
+                tracked.failed(&error);
                 if backoff.wait_or_stop(shutdown).await {
                     return false;
                 }
             }
         }
     };
+    drop(tracked);
     match committed_witness {
         Some(witness) => durable_acks.acknowledge_after_flush(witness, batch),
-        None => {
-            for message in &batch {
-                // An ack lost here means a redelivery, which the version guard makes harmless.
-                if let Err(error) = message.ack().await {
-                    tracing::warn!(%error, "acknowledgement failed; the message will be redelivered and ignored");
-                }
-            }
-        }
+        None => batch.acknowledge().await,
     }
     true
 }

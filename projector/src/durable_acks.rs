@@ -23,11 +23,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, AckKind};
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor, PgConnection, PgPool, Postgres};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+use crate::in_hand::InHand;
 
 /// Longest a barrier (or getting its connection) may take before the connection is
 /// given up for a new one. A flush takes milliseconds; a hung server must not keep
@@ -51,7 +52,7 @@ pub struct Witness(u64);
 struct Committed {
     witness: Witness,
     committed_at: Instant,
-    messages: Vec<jetstream::Message>,
+    messages: InHand,
 }
 
 /// The queue of committed batches and the barrier connection's generation, shared by
@@ -83,7 +84,7 @@ impl DurableAcks {
     /// Hands over the messages of a batch that committed asynchronously after
     /// [`DurableAcks::witness`] returned `witness`; they are acknowledged after the next
     /// barrier on that connection, or handed back for redelivery.
-    pub fn acknowledge_after_flush(&self, witness: Witness, messages: Vec<jetstream::Message>) {
+    pub fn acknowledge_after_flush(&self, witness: Witness, messages: InHand) {
         let committed = Committed { witness, committed_at: Instant::now(), messages };
         self.shared.waiting.lock().unwrap_or_else(PoisonError::into_inner).push(committed);
         self.shared.queued.notify_one();
@@ -174,12 +175,7 @@ pub async fn flush_barrier(connection: &mut PgConnection) -> Result<(), sqlx::Er
 async fn acknowledge(flushed: Vec<Committed>) {
     for batch in flushed {
         crate::metrics::record_flush_wait(batch.committed_at.elapsed());
-        for message in &batch.messages {
-            // An ack lost here means a redelivery, which the version guard makes harmless.
-            if let Err(error) = message.ack().await {
-                tracing::warn!(%error, "acknowledgement failed; the message will be redelivered and ignored");
-            }
-        }
+        batch.messages.acknowledge().await;
     }
 }
 
@@ -187,10 +183,7 @@ async fn acknowledge(flushed: Vec<Committed>) {
 /// after the ack wait.
 async fn hand_back(unwitnessed: Vec<Committed>) {
     for batch in unwitnessed {
-        crate::metrics::record_handed_back(batch.messages.len());
-        for message in &batch.messages {
-            // Without the nak, the message comes back all the same after the ack wait.
-            let _ = message.ack_with(AckKind::Nak(None)).await;
-        }
+        crate::metrics::record_handed_back(batch.messages.messages().len());
+        batch.messages.hand_back().await;
     }
 }

@@ -11,11 +11,14 @@
 //! - [`cli`]: the command line (`run`, `status`, `dead-letters`, `publish`, `demo`).
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
+//! - [`pull`]: one pull from the consumer, and when to stop waiting for it.
 //! - [`apply`]: one batch into the read model, in one transaction.
 //! - [`durable_acks`]: acknowledging batches once their commits are flushed.
+//! - [`in_hand`]: keeping the messages of a slow batch from being redelivered.
+//! - [`stuck`]: batches that do not commit, shown to readiness, metrics and `status`.
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
-//! - [`dead_letters`]: listing and retrying dead letters.
+//! - [`dead_letters`]: storing dead letters whatever their bytes, listing and retrying them.
 //! - [`demo`]: the demo workspace's data, published as real change events.
 //! - [`error`]: the crate's error type.
 //! - [`metrics`]: what the projector counts and times.
@@ -28,8 +31,11 @@ pub mod dead_letters;
 pub mod demo;
 pub mod durable_acks;
 pub mod error;
+pub mod in_hand;
 pub mod metrics;
 pub mod operations;
 pub mod pending_lists;
+pub mod pull;
 pub mod stream;
+pub mod stuck;
 pub mod workspace_indexes;

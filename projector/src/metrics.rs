@@ -16,6 +16,7 @@ pub mod names {
     pub const APPLY_RETRIES: &str = "lectern_projector_apply_retries_total";
     pub const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
     pub const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
+    pub const STUCK_BATCHES: &str = "lectern_projector_batches_stuck";
 }
 
 /// Counts a committed batch: applied events by type (`contact.created`, …), dead
@@ -62,6 +63,12 @@ pub fn record_flush_wait(waited: Duration) {
 /// commit (the barrier's connection was lost).
 pub fn record_handed_back(messages: usize) {
     metrics::counter!(names::HANDED_BACK).increment(messages as u64);
+}
+
+/// Batches in hand longer than the stuck bound ([`crate::stuck`]); above 0, events are
+/// waiting that the consumer's lag does not count.
+pub fn record_stuck_batches(batches: usize) {
+    metrics::gauge!(names::STUCK_BATCHES).set(batches as f64);
 }
 
 /// `changes.<workspace>.<entity>.<id>` → `<entity>`, bounded to the two known entities

@@ -1,5 +1,5 @@
 //! What operators see of the projector: its readiness (connected to NATS, PostgreSQL
-//! reachable) on the operations listener beside `/metrics` and `/healthz`.
+//! reachable, no batch stuck) on the operations listener beside `/metrics` and `/healthz`.
 
 use std::sync::Arc;
 
@@ -7,8 +7,15 @@ use async_nats::connection::State;
 use lectern_schema::ops::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
 
-/// Ready when the NATS connection is up and PostgreSQL answers a statement.
-pub async fn readiness(client: &async_nats::Client, pool: &PgPool) -> Result<Degraded, Problems> {
+use crate::stuck;
+
+/// Ready when the NATS connection is up, PostgreSQL answers a statement and no batch is
+/// stuck: a stuck batch's events are not becoming visible, whatever the connections say.
+pub async fn readiness(
+    client: &async_nats::Client,
+    pool: &PgPool,
+    batches: &stuck::Batches,
+) -> Result<Degraded, Problems> {
     let mut problems = Vec::new();
     if client.connection_state() != State::Connected {
         problems.push(format!("not connected to NATS (connection {})", describe(client.connection_state())));
@@ -18,6 +25,7 @@ pub async fn readiness(client: &async_nats::Client, pool: &PgPool) -> Result<Deg
         Ok(Err(error)) => problems.push(format!("PostgreSQL is unreachable: {error}")),
         Err(_) => problems.push(format!("PostgreSQL is unreachable: no answer within {DEPENDENCY_TIMEOUT:?}")),
     }
+    problems.extend(batches.problem());
     if problems.is_empty() {
         Ok(Degraded::new())
     } else {
@@ -34,15 +42,17 @@ fn describe(state: State) -> &'static str {
 }
 
 /// The readiness check as the operations listener takes it.
-pub fn readiness_check(client: async_nats::Client, pool: PgPool) -> ReadinessCheck {
+pub fn readiness_check(client: async_nats::Client, pool: PgPool, batches: stuck::Batches) -> ReadinessCheck {
     Arc::new(move || {
         let client = client.clone();
         let pool = pool.clone();
-        Box::pin(async move { readiness(&client, &pool).await })
+        let batches = batches.clone();
+        Box::pin(async move { readiness(&client, &pool, &batches).await })
     })
 }
 
-/// Nothing to refresh before a scrape: every projector metric is recorded as it happens.
-pub fn nothing_before_scrape() -> BeforeScrape {
-    Arc::new(|| {})
+/// Before a scrape, the stuck-batches gauge (a batch becomes stuck by time passing, not
+/// by anything happening); every other projector metric is recorded as it happens.
+pub fn before_scrape(batches: stuck::Batches) -> BeforeScrape {
+    Arc::new(move || batches.record_gauge())
 }

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::consumer::{self, FromConsumer};
+use async_nats::jetstream::{self, stream};
 
 use crate::error::ProjectorError;
 
@@ -12,8 +13,11 @@ pub const STREAM: &str = "CHANGES";
 pub const SUBJECTS: &str = "changes.>";
 /// The durable consumer every projector process pulls from, so they share the work.
 pub const CONSUMER: &str = "lectern-projector";
-/// How long a delivered message may stay unacknowledged before JetStream redelivers it.
-pub const ACK_WAIT: Duration = Duration::from_secs(30);
+/// How long a delivered message may go without an ack or a progress ack before JetStream
+/// redelivers it. Short, so that what a killed projector had in hand comes back within
+/// seconds rather than after JetStream's default half minute; what a live projector has
+/// in hand is kept alive with progress acks ([`crate::in_hand`]).
+pub const ACK_WAIT: Duration = Duration::from_secs(5);
 
 /// Connects to NATS; the client reconnects by itself for as long as the process lives.
 pub async fn connect(url: &str) -> Result<async_nats::Client, ProjectorError> {
@@ -50,9 +54,12 @@ async fn create_stream(jetstream: &jetstream::Context) -> Result<stream::Stream,
         .map_err(ProjectorError::nats)
 }
 
-/// The durable consumer, created on first use.
+/// The durable consumer, created on first use. One that exists already keeps the settings
+/// it was created with, operators' changes included, except its ack wait: a consumer
+/// created by an earlier version waits 30 s, and the redelivery bound after a crash
+/// holds only with [`ACK_WAIT`].
 pub async fn ensure_consumer(stream: &stream::Stream) -> Result<consumer::PullConsumer, ProjectorError> {
-    stream
+    let consumer = stream
         .get_or_create_consumer(
             CONSUMER,
             consumer::pull::Config {
@@ -65,5 +72,13 @@ pub async fn ensure_consumer(stream: &stream::Stream) -> Result<consumer::PullCo
             },
         )
         .await
-        .map_err(ProjectorError::nats)
+        .map_err(ProjectorError::nats)?;
+    if consumer.cached_info().config.ack_wait == ACK_WAIT {
+        return Ok(consumer);
+    }
+    let mut config = consumer.cached_info().config.clone();
+    tracing::info!(from = ?config.ack_wait, to = ?ACK_WAIT, "setting the consumer's ack wait to the one progress acks keep");
+    config.ack_wait = ACK_WAIT;
+    let config = consumer::pull::Config::try_from_consumer_config(config).map_err(ProjectorError::nats)?;
+    stream.update_consumer(config).await.map_err(ProjectorError::nats)
 }

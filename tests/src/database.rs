@@ -28,12 +28,25 @@ pub struct TestDatabase {
 
 impl TestDatabase {
     pub async fn create() -> Self {
+        Self::create_with("").await
+    }
+
+    /// A database whose server encoding is `encoding` (e.g. `LATIN1`), which refuses in
+    /// `text` the characters it lacks, as a deployment's older database might.
+    pub async fn create_with_encoding(encoding: &str) -> Self {
+        Self::create_with(&format!("encoding '{encoding}' template template0 lc_collate 'C' lc_ctype 'C'")).await
+    }
+
+    async fn create_with(options: &str) -> Self {
         let admin = admin_url();
         let mut connection = PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL server");
         SWEPT.get_or_init(|| sweep_stale(admin.clone())).await;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
         let name = format!("{PREFIX}{now}_{}", uuid::Uuid::new_v4().simple());
-        connection.execute(format!(r#"create database "{name}""#).as_str()).await.expect("create test database");
+        connection
+            .execute(format!(r#"create database "{name}" {options}"#).as_str())
+            .await
+            .expect("create test database");
         let options: PgConnectOptions = admin.parse().expect("test database URL");
         let options = options.database(&name);
         let url = options.to_url_lossy().to_string();

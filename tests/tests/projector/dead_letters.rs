@@ -39,7 +39,7 @@ async fn dead_letters(pool: &PgPool) -> Vec<StoredDeadLetter> {
         .expect("read dead letters")
 }
 
-async fn dead_letter_count(pool: &PgPool) -> i64 {
+pub(crate) async fn dead_letter_count(pool: &PgPool) -> i64 {
     sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await.expect("count dead letters")
 }
 
@@ -50,7 +50,7 @@ async fn record_count(pool: &PgPool) -> i64 {
         .expect("count records")
 }
 
-fn contact_subject(workspace: Uuid, id: Uuid) -> String {
+pub(crate) fn contact_subject(workspace: Uuid, id: Uuid) -> String {
     format!("changes.{workspace}.contacts.{id}")
 }
 
@@ -62,7 +62,7 @@ async fn projector_cli(args: &[&str], env: &[(&str, &str)]) -> Run {
     lectern_tests::process::run_to_end(&binary, args, &full_env, PROCESS_TIMEOUT).await
 }
 
-async fn dead_letters_cli(db: &TestDatabase, args: &[&str]) -> Run {
+pub(crate) async fn dead_letters_cli(db: &TestDatabase, args: &[&str]) -> Run {
     let mut full = vec!["dead-letters"];
     full.extend_from_slice(args);
     projector_cli(&full, &[("DATABASE_URL", &db.url)]).await

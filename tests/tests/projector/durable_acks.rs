@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures_util::StreamExt;
 use lectern_projector::durable_acks::{DurableAcks, Witness};
-use lectern_projector::stream::{ensure_consumer, ensure_stream};
+use lectern_projector::in_hand::InHand;
+use lectern_projector::stream::{ensure_consumer, ensure_stream, ACK_WAIT};
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, eventually, publish};
 use lectern_tests::TestDatabase;
@@ -55,8 +56,17 @@ async fn consumer_with_events(nats: &TestNats, count: usize) -> PullConsumer {
 
 /// Pulls `count` messages, waiting for redeliveries if need be.
 async fn pull(consumer: &PullConsumer, count: usize) -> Vec<jetstream::Message> {
+    pull_within(consumer, count, WITHIN).await
+}
+
+/// Pulls `count` messages redelivered at once, not after the ack wait.
+async fn pull_redelivered(consumer: &PullConsumer, count: usize) -> Vec<jetstream::Message> {
+    pull_within(consumer, count, ACK_WAIT / 2).await
+}
+
+async fn pull_within(consumer: &PullConsumer, count: usize, within: Duration) -> Vec<jetstream::Message> {
     let mut pulled = Vec::new();
-    let deadline = tokio::time::Instant::now() + WITHIN;
+    let deadline = tokio::time::Instant::now() + within;
     while pulled.len() < count && tokio::time::Instant::now() < deadline {
         let mut messages = consumer
             .batch()
@@ -69,7 +79,7 @@ async fn pull(consumer: &PullConsumer, count: usize) -> Vec<jetstream::Message> 
             pulled.push(message.expect("message"));
         }
     }
-    assert_eq!(pulled.len(), count, "messages pulled within {WITHIN:?}");
+    assert_eq!(pulled.len(), count, "messages pulled within {within:?}");
     pulled
 }
 
@@ -126,13 +136,13 @@ async fn handed_over_batches_are_acknowledged_after_the_barrier_and_all_of_them_
     let witness = witness_once_connected(acks).await;
 
     let first = pull(&consumer, 3).await;
-    acks.acknowledge_after_flush(witness, first);
+    acks.acknowledge_after_flush(witness, InHand::new(first));
     let acknowledged = eventually(WITHIN, || async { ack_state(&consumer).await == (0, 3) }).await;
     assert!(acknowledged, "after the barrier: {:?} (pending, floor), expected (0, 3)", ack_state(&consumer).await);
 
     // Handed over and finished at once: the last barrier still runs before `run` returns.
     let second = pull(&consumer, 3).await;
-    acks.acknowledge_after_flush(witness, second);
+    acks.acknowledge_after_flush(witness, InHand::new(second));
     barriers.finish().await;
     // The task is over, so nothing acknowledges after this point: whatever the server
     // counts now was sent before `run` returned. The server applies acknowledgements
@@ -159,22 +169,22 @@ async fn a_batch_whose_witness_connection_is_gone_is_handed_back_for_redelivery_
     end_barrier_sessions(&db).await;
     let batch = pull(&consumer, 3).await;
     assert_eq!(deliveries(&batch), vec![1, 1, 1]);
-    acks.acknowledge_after_flush(lost, batch);
-    let redelivered = pull(&consumer, 3).await;
-    assert_eq!(deliveries(&redelivered), vec![2, 2, 2], "redelivered at once, well inside the 30 s ack wait");
+    acks.acknowledge_after_flush(lost, InHand::new(batch));
+    let redelivered = pull_redelivered(&consumer, 3).await;
+    assert_eq!(deliveries(&redelivered), vec![2, 2, 2], "redelivered at once, well inside the ack wait");
     assert_eq!(ack_state(&consumer).await.1, 0, "nothing acknowledged");
 
     // A barrier on the new connection proves nothing about a commit the old one
     // witnessed: handed over with the stale witness, the batch comes back again.
     let current = witness_once_connected(acks).await;
     assert_ne!(current, lost, "a new barrier connection has a new generation");
-    acks.acknowledge_after_flush(lost, redelivered);
-    let again = pull(&consumer, 3).await;
+    acks.acknowledge_after_flush(lost, InHand::new(redelivered));
+    let again = pull_redelivered(&consumer, 3).await;
     assert_eq!(deliveries(&again), vec![3, 3, 3], "a stale witness means redelivery");
     assert_eq!(ack_state(&consumer).await.1, 0, "nothing acknowledged");
 
     // Witnessed by the connection that runs the barrier: acknowledged.
-    acks.acknowledge_after_flush(current, again);
+    acks.acknowledge_after_flush(current, InHand::new(again));
     let acknowledged = eventually(WITHIN, || async { ack_state(&consumer).await == (0, 3) }).await;
     assert!(acknowledged, "with a live witness: {:?} (pending, floor), expected (0, 3)", ack_state(&consumer).await);
     barriers.finish().await;

@@ -27,15 +27,21 @@ const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
 const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
 
 /// `lectern-projector run` with its operations listener on a free port.
-struct Projector {
-    service: Service,
+pub(crate) struct Projector {
+    pub(crate) service: Service,
     operations: String,
     http: reqwest::Client,
 }
 
 impl Projector {
     async fn start(nats_url: &str, database_url: &str) -> Self {
-        let env = [("NATS_URL", nats_url), ("DATABASE_URL", database_url)];
+        Self::start_with(nats_url, database_url, &[]).await
+    }
+
+    /// [`Projector::start`] with `settings` (environment variables) added.
+    pub(crate) async fn start_with(nats_url: &str, database_url: &str, settings: &[(&str, &str)]) -> Self {
+        let mut env = vec![("NATS_URL", nats_url), ("DATABASE_URL", database_url)];
+        env.extend_from_slice(settings);
         let mut service = Service::spawn(&lectern_projector(), &["run", "--metrics-listen", "127.0.0.1:0"], &env);
         let operations = service.logged_field(WITHIN, "operations listener ready", "metrics").await;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("client");
@@ -61,7 +67,7 @@ impl Projector {
     }
 
     /// Waits until `/readyz` answers `status`; returns that answer.
-    async fn wait_for_readiness(&self, status: u16) -> Reply {
+    pub(crate) async fn wait_for_readiness(&self, status: u16) -> Reply {
         let reached =
             eventually(WITHIN, || async { self.try_get("/readyz").await.is_some_and(|reply| reply.status == status) })
                 .await;
@@ -70,7 +76,7 @@ impl Projector {
         last.expect("/readyz answers")
     }
 
-    async fn metrics(&self) -> Metrics {
+    pub(crate) async fn metrics(&self) -> Metrics {
         let reply = self.get("/metrics").await;
         assert_eq!(reply.status, 200, "{}", reply.text);
         Metrics::parse(&reply.text)
@@ -81,7 +87,7 @@ impl Projector {
         healthcheck(&self.url("/readyz")).await
     }
 
-    async fn stop(self) -> Ended {
+    pub(crate) async fn stop(self) -> Ended {
         let ended = self.service.terminate(WITHIN).await;
         assert_eq!(ended.code, Some(0), "SIGTERM did not end the projector with exit 0:\n{}", ended.stderr);
         ended

@@ -2,7 +2,7 @@
 //! middle of a large publish, stopped with SIGTERM with a batch in hand, and cut off from
 //! NATS or from PostgreSQL. Each test has its own nats-server and database.
 //!
-//! The process helpers here are shared with `commands.rs`.
+//! The process helpers here are shared with `commands.rs` and `redelivery.rs`.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
@@ -25,7 +25,7 @@ use uuid::Uuid;
 /// How long any one process may take to finish before the test fails instead of hanging.
 pub(crate) const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the read model may take to catch up with what was published.
-const CATCH_UP: Duration = Duration::from_secs(60);
+pub(crate) const CATCH_UP: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------------------
 // Processes
@@ -116,7 +116,7 @@ impl Projector {
     }
 
     /// SIGKILL: no chance to finish, commit or acknowledge anything.
-    async fn kill(mut self) {
+    pub(crate) async fn kill(mut self) {
         self.child.start_kill().expect("SIGKILL the projector");
         let status = self.exit().await;
         assert_eq!(status.code(), None, "the projector was not killed by the signal: {status}");
@@ -208,7 +208,7 @@ pub(crate) async fn changes(nats: &TestNats) -> jetstream::Context {
 }
 
 /// The shared durable consumer as JetStream sees it.
-async fn consumer_info(nats: &TestNats) -> jetstream::consumer::Info {
+pub(crate) async fn consumer_info(nats: &TestNats) -> jetstream::consumer::Info {
     jetstream::new(nats.client().await)
         .get_stream("CHANGES")
         .await
@@ -220,19 +220,19 @@ async fn consumer_info(nats: &TestNats) -> jetstream::consumer::Info {
 
 /// Contacts of one workspace whose every version `v` is named "v{v}", so a row's name
 /// tells which event wrote it.
-struct Fleet {
+pub(crate) struct Fleet {
     workspace: Uuid,
     ids: Vec<Uuid>,
 }
 
 impl Fleet {
-    fn new(contacts: usize) -> Self {
+    pub(crate) fn new(contacts: usize) -> Self {
         Self { workspace: Uuid::new_v4(), ids: (0..contacts).map(|_| Uuid::new_v4()).collect() }
     }
 
     /// `versions` of every contact, version by version: each contact's versions in
     /// increasing order, interleaved with every other contact's.
-    fn events(&self, versions: RangeInclusive<i64>) -> Vec<Value> {
+    pub(crate) fn events(&self, versions: RangeInclusive<i64>) -> Vec<Value> {
         versions
             .flat_map(|version| {
                 self.ids.iter().map(move |&id| {
@@ -244,7 +244,7 @@ impl Fleet {
     }
 
     /// Contacts whose row holds `version`, written by that very event.
-    async fn at_version(&self, pool: &PgPool, version: i64) -> usize {
+    pub(crate) async fn at_version(&self, pool: &PgPool, version: i64) -> usize {
         let count: i64 = sqlx::query_scalar(
             "select count(*) from contacts
              where workspace_id = $1 and status = 'active' and version = $2 and name = 'v' || $2::text",
@@ -258,7 +258,7 @@ impl Fleet {
     }
 
     /// Waits until every contact is at `version`.
-    async fn assert_all_reach(&self, pool: &PgPool, version: i64, projector: &Projector) {
+    pub(crate) async fn assert_all_reach(&self, pool: &PgPool, version: i64, projector: &Projector) {
         let reached = eventually(CATCH_UP, || async { self.at_version(pool, version).await == self.ids.len() }).await;
         assert!(
             reached,
@@ -326,12 +326,12 @@ fn assert_acknowledged_events_are_committed(
 // PostgreSQL outages, made on the test's own database only
 // ---------------------------------------------------------------------------------------
 
-async fn admin() -> PgConnection {
+pub(crate) async fn admin() -> PgConnection {
     PgConnection::connect(&admin_url()).await.expect("connect to the admin database")
 }
 
 /// Ends every session on `database` but the caller's; returns how many it ended.
-async fn terminate_sessions(admin: &mut PgConnection, database: &str) -> i64 {
+pub(crate) async fn terminate_sessions(admin: &mut PgConnection, database: &str) -> i64 {
     sqlx::query_scalar(
         "select count(*) from (select pg_terminate_backend(pid) as ended from pg_stat_activity
                                where datname = $1 and pid <> pg_backend_pid()) terminated
@@ -344,7 +344,7 @@ async fn terminate_sessions(admin: &mut PgConnection, database: &str) -> i64 {
 }
 
 /// Makes `database` refuse every new connection (`false`) or accept them again (`true`).
-async fn allow_connections(admin: &mut PgConnection, database: &str, allow: bool) {
+pub(crate) async fn allow_connections(admin: &mut PgConnection, database: &str, allow: bool) {
     admin
         .execute(format!(r#"alter database "{database}" allow_connections {allow}"#).as_str())
         .await
