@@ -42,16 +42,20 @@ pub struct AppOptions {
     pub lookups_per_address: Policy,
     /// When searches walk a workspace.
     pub walks: WalkSettings,
+    /// Listing connections one workspace may use at once; `None` for the default
+    /// share of the pool, as `serve` has it.
+    pub connections_per_workspace: Option<u32>,
 }
 
 /// Listing connections as the API opens them, with the limits and the address of
 /// `pool` (whose connect options already carry the statement timeout).
-fn read_connections_beside(pool: &PgPool) -> ReadConnections {
+fn read_connections_beside(pool: &PgPool, connections_per_workspace: Option<u32>) -> ReadConnections {
     let settings = PoolSettings {
         max_connections: pool.options().get_max_connections(),
         acquire_timeout: pool.options().get_acquire_timeout(),
         statement_timeout: Duration::from_secs(30),
-        connections_per_workspace: PoolSettings::default_share(pool.options().get_max_connections()),
+        connections_per_workspace: connections_per_workspace
+            .unwrap_or_else(|| PoolSettings::default_share(pool.options().get_max_connections())),
     };
     ReadConnections::new((*pool.connect_options()).clone(), &settings)
 }
@@ -70,6 +74,7 @@ impl Default for AppOptions {
             per_key: generous_policy(),
             lookups_per_address: generous_policy(),
             walks: WalkSettings::default(),
+            connections_per_workspace: None,
         }
     }
 }
@@ -98,7 +103,7 @@ impl TestApp {
         }
         let state = AppState {
             pool: pool.clone(),
-            reads: read_connections_beside(&pool),
+            reads: read_connections_beside(&pool, options.connections_per_workspace),
             authenticator: Arc::new(Authenticator::new(pool.clone(), test_pepper(), options.environment)),
             cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
             rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),

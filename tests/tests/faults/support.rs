@@ -13,6 +13,7 @@ use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::seed::create_key;
+use lectern_tests::app::AppOptions;
 use lectern_tests::{ContactSeed, Reply, TestApp};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -53,7 +54,9 @@ impl PrivateApi {
             contacts.push(ContactSeed::named(&format!("Contact {index:02}")).at(index).insert(&admin, workspace).await);
         }
         let pool = lazy_pool(&postgres.url(), &settings).expect("pool options");
-        let app = TestApp::spawn(pool).await;
+        let options =
+            AppOptions { connections_per_workspace: Some(settings.connections_per_workspace), ..AppOptions::default() };
+        let app = TestApp::spawn_with(pool, options).await;
         Self { postgres, app, admin, key, contacts, settings }
     }
 
