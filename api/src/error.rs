@@ -253,7 +253,7 @@ pub enum CommandError {
     NoSuchKey(String),
     /// `healthcheck` found the service unhealthy or unreachable.
     #[error("unhealthy: {0}")]
-    Unhealthy(#[source] lectern_schema::ops::probe::ProbeError),
+    Unhealthy(#[source] lectern_runtime::probe::ProbeError),
     /// `dev` could not run the projector or publish the demo data.
     #[error("{context}: {source}")]
     Projector {

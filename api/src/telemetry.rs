@@ -1,5 +1,5 @@
-//! Logging: the conventions shared with the projector (`lectern_schema::ops`).
+//! Logging: the conventions shared with the projector (`lectern_runtime`).
 
 pub fn init() {
-    lectern_schema::ops::init_logging("info");
+    lectern_runtime::init_logging("info");
 }

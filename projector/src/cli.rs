@@ -17,7 +17,7 @@ use crate::operations;
 use crate::stream::{self, ensure_consumer, ensure_stream};
 use crate::stuck;
 use crate::workspace_indexes::OwnIndexSettings;
-use lectern_schema::ops::server::OperationsServer;
+use lectern_runtime::server::OperationsServer;
 
 /// Lectern's projector: change events from NATS JetStream into the read model.
 #[derive(Debug, Parser)]
@@ -157,13 +157,13 @@ struct DemoArgs {
 }
 
 pub fn main() -> ExitCode {
-    let cli: Cli = lectern_schema::ops::parse_args();
+    let cli: Cli = lectern_runtime::parse_args();
     init_logging();
-    lectern_schema::ops::run_command(run(cli.command))
+    lectern_runtime::run_command(run(cli.command))
 }
 
 fn init_logging() {
-    lectern_schema::ops::init_logging("info,async_nats=warn");
+    lectern_runtime::init_logging("info,async_nats=warn");
 }
 
 async fn run(command: Command) -> Result<(), ProjectorError> {
@@ -206,9 +206,7 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
         }
         Command::Publish(args) => publish(args).await,
         Command::Demo(args) => publish_demo(args).await,
-        Command::Healthcheck(args) => {
-            lectern_schema::ops::probe::probe(&args.url).await.map_err(ProjectorError::Unhealthy)
-        }
+        Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(ProjectorError::Unhealthy),
     }
 }
 
@@ -218,7 +216,7 @@ async fn connect(args: &DatabaseArgs) -> Result<PgPool, ProjectorError> {
 
 async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     // Metrics recorded before the recorder exists are lost: install it first thing.
-    let _ = lectern_schema::ops::server::metrics_handle();
+    let _ = lectern_runtime::server::metrics_handle();
     let pool = consumer::pool_for(&args.database.database_url, usize::from(args.concurrent_batches))?;
     let operations_server =
         OperationsServer::bind(args.metrics_listen).await.map_err(|source| ProjectorError::Listen {

@@ -25,7 +25,7 @@ pub enum ProjectorError {
     },
     /// `healthcheck` found the projector unhealthy or unreachable.
     #[error("unhealthy: {0}")]
-    Unhealthy(#[source] lectern_schema::ops::probe::ProbeError),
+    Unhealthy(#[source] lectern_runtime::probe::ProbeError),
     /// Writing the command's output failed.
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),
@@ -46,4 +46,4 @@ impl ProjectorError {
     }
 }
 
-pub use lectern_schema::ops::is_transient_database_error;
+pub use lectern_runtime::is_transient_database_error;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_nats::connection::State;
-use lectern_schema::ops::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
+use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
 
 use crate::stuck;

@@ -12,7 +12,6 @@
 //! - [`item`]: the Item record.
 //! - [`money`]: exact decimal amounts with their currency.
 //! - [`json`]: the records' JSON, written by hand for the pages the API serves.
-//! - `ops` (feature `ops`): logging and database-error conventions of both binaries.
 
 #[cfg(test)]
 mod arbitrary;
@@ -21,8 +20,6 @@ pub mod events;
 pub mod item;
 pub mod json;
 pub mod money;
-#[cfg(feature = "ops")]
-pub mod ops;
 pub mod timestamp;
 
 pub use contact::{Contact, ContactRef};

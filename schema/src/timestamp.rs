@@ -87,7 +87,7 @@ impl Timestamp {
 
 /// `value`'s last `slots.len()` decimal digits, zero-padded, into `slots`: the
 /// timestamps of records and of log lines are written this way, without a formatter.
-pub(crate) fn put_digits(slots: &mut [u8], mut value: u32) {
+pub fn put_digits(slots: &mut [u8], mut value: u32) {
     for slot in slots.iter_mut().rev() {
         // A digit: `value % 10` is below 10.
         *slot = b'0' + (value % 10) as u8;

@@ -53,10 +53,10 @@ struct HealthcheckArgs {
 /// Parses the command line (exit 2 on bad usage), runs the command, and prints any
 /// failure as one line (exit 1).
 pub fn main() -> ExitCode {
-    let cli: Cli = lectern_schema::ops::parse_args();
+    let cli: Cli = lectern_runtime::parse_args();
     crate::telemetry::init();
     crate::memory::keep_heap_in_small_pages();
-    lectern_schema::ops::run_command(run(cli.command))
+    lectern_runtime::run_command(run(cli.command))
 }
 
 async fn run(command: Command) -> Result<(), CommandError> {
@@ -65,9 +65,7 @@ async fn run(command: Command) -> Result<(), CommandError> {
         Command::Dev(args) => dev::dev(args).await,
         Command::Migrate(args) => migrate(&args.database_url).await,
         Command::Keys(command) => keys::run(command).await,
-        Command::Healthcheck(args) => {
-            lectern_schema::ops::probe::probe(&args.url).await.map_err(CommandError::Unhealthy)
-        }
+        Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(CommandError::Unhealthy),
         Command::Openapi => write_stdout(&crate::http::openapi::document()),
     }
 }

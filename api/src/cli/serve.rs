@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lectern_schema::ops::server::OperationsServer;
+use lectern_runtime::server::OperationsServer;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +35,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
 
 /// Metrics recorded before the recorder exists are lost: install it first thing.
 pub fn install_metrics_recorder() {
-    let _ = lectern_schema::ops::server::metrics_handle();
+    let _ = lectern_runtime::server::metrics_handle();
 }
 
 /// The pool every request borrows from; opened lazily so the API starts while

@@ -88,7 +88,7 @@ pub async fn create_and_migrate(url: &str) -> Result<(), sqlx::Error> {
 
 /// Errors that mean "the database cannot serve now" (503) rather than a bug (500).
 pub fn is_unavailable(error: &sqlx::Error) -> bool {
-    lectern_schema::ops::is_transient_database_error(error)
+    lectern_runtime::is_transient_database_error(error)
 }
 
 /// `url` with any password replaced, for messages and logs.

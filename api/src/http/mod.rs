@@ -19,7 +19,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lectern_schema::ops::server::{liveness_response, readiness_response};
+use lectern_runtime::server::{liveness_response, readiness_response};
 use poem::endpoint::{make, make_sync};
 use poem::web::Html;
 use poem::{Endpoint, EndpointExt, Route};

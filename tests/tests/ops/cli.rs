@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use lectern_tests::binaries::{lectern_api, lectern_projector, Run};
 
 /// Variables the binaries read outside clap, so no `--help` lists them: the log
-/// filter and the log format (schema/src/ops: `init_logging`).
+/// filter and the log format (`lectern_runtime::init_logging`).
 pub const READ_OUTSIDE_CLAP: [&str; 2] = ["RUST_LOG", "LECTERN_LOG_FORMAT"];
 
 /// The built binary called `name` (built on first use).

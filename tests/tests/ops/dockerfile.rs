@@ -316,17 +316,32 @@ fn the_build_context_keeps_what_cargo_needs_to_build_the_workspace() {
     for path in ["Cargo.toml", "Cargo.lock", "api/Cargo.toml", "api/src/main.rs", "projector/src/main.rs"] {
         assert!(!ignored(path, &patterns), "{path} is left out of the build context");
     }
-    for member in ["schema/Cargo.toml", "tests/Cargo.toml", "migrations"] {
-        assert!(!ignored(member, &patterns), "{member} is left out of the build context");
+    for member in workspace_members() {
+        let manifest = format!("{member}/Cargo.toml");
+        assert!(!ignored(&manifest, &patterns), "{manifest} is left out of the build context");
     }
+    assert!(!ignored("migrations", &patterns), "migrations is left out of the build context");
+}
+
+/// The workspace's member crates, as the root manifest lists them.
+fn workspace_members() -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("read the root Cargo.toml");
+    let list = manifest
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("members = ["))
+        .and_then(|rest| rest.strip_suffix(']'))
+        .expect("a one-line `members = [...]` in the root Cargo.toml");
+    let members: Vec<String> = list.split(',').map(|member| member.trim().trim_matches('"').to_owned()).collect();
+    assert!(members.len() >= 3, "too few members read from {list:?}");
+    members
 }
 
 /// Files the binaries' crates read at compile time (`include_str!`, `include_bytes!`,
 /// `sqlx::migrate!`), as paths relative to the workspace root.
 fn embedded_files() -> Vec<(String, PathBuf)> {
     let mut found = Vec::new();
-    for krate in ["api", "projector", "schema"] {
-        let crate_dir = root().join(krate);
+    for krate in workspace_members() {
+        let crate_dir = root().join(&krate);
         let mut pending = vec![crate_dir.join("src")];
         while let Some(dir) = pending.pop() {
             for entry in std::fs::read_dir(&dir).expect("read a source directory").flatten() {

@@ -1,6 +1,12 @@
-//! Operational conventions both binaries must share, so operators see one service:
-//! the log format switch, which database failures are worth retrying, the operations
-//! listener (metrics, health, readiness) and the `healthcheck` probe.
+//! `lectern-runtime`: what both of Lectern's binaries run on, so that operators see one
+//! service: the log format switch, which database failures are worth retrying, the
+//! command runner, the operations listener (metrics, health, readiness) and the
+//! `healthcheck` probe.
+//!
+//! # Layout
+//! - [`json_log`]: log lines as JSON, written without an intermediate value.
+//! - [`probe`]: the `healthcheck` command's request to a readiness endpoint.
+//! - [`server`]: the operations listener: `/metrics`, `/healthz`, `/readyz`.
 
 pub mod json_log;
 pub mod probe;

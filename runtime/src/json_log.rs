@@ -21,7 +21,7 @@ use tracing_subscriber::fmt::time::SystemTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::json::write_str;
+use lectern_schema::json::write_str;
 
 /// `{"timestamp":…,"level":…,"fields":{…},"target":…}`, as tracing-subscriber's
 /// `json()` writes it.
@@ -95,7 +95,7 @@ fn write_now(line: &mut Vec<u8>) {
 fn push_digits(line: &mut Vec<u8>, value: u32, width: usize) {
     let mut buffer = [b'0'; 10];
     let digits = &mut buffer[..width.min(10)];
-    crate::timestamp::put_digits(digits, value);
+    lectern_schema::timestamp::put_digits(digits, value);
     line.extend_from_slice(digits);
 }
 
