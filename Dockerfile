@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# One image with both binaries, lectern-api and lectern-projector (compose.yaml picks
-# which one a service runs). Build: `docker compose build`, or
+# One image with Lectern's binaries: lectern-api and lectern-projector, and lectern-dev
+# for compose's optional demo seeder (compose.yaml picks which one a service runs). Build: `docker compose build`, or
 # `docker build -t lectern:local .` (needs BuildKit, the default since Docker 23).
 
 # --- build ------------------------------------------------------------------------
@@ -15,10 +15,10 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git/db \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p lectern-api -p lectern-projector \
-        --bin lectern-api --bin lectern-projector \
+    cargo build --release --locked -p lectern-api -p lectern-projector -p lectern-dev \
+        --bin lectern-api --bin lectern-projector --bin lectern-dev \
     && mkdir -p /out \
-    && cp target/release/lectern-api target/release/lectern-projector /out/
+    && cp target/release/lectern-api target/release/lectern-projector target/release/lectern-dev /out/
 
 # --- run --------------------------------------------------------------------------
 # Distroless: glibc, libgcc, CA certificates and nothing else (no shell, no package
@@ -26,6 +26,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /out/lectern-api /usr/local/bin/lectern-api
 COPY --from=builder /out/lectern-projector /usr/local/bin/lectern-projector
+COPY --from=builder /out/lectern-dev /usr/local/bin/lectern-dev
 # Inside a container the loopback default would be unreachable from outside it.
 ENV LECTERN_LISTEN=0.0.0.0:8080
 # The distroless "nonroot" user, by number so Kubernetes' runAsNonRoot can verify it.

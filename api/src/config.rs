@@ -29,7 +29,7 @@ fn secret(text: &str) -> Result<SecretString, String> {
 /// Where the read model lives.
 #[derive(Clone, Debug, Args)]
 pub struct DatabaseArgs {
-    /// PostgreSQL connection URL; the database is created by `migrate` and `dev` if missing.
+    /// PostgreSQL connection URL; the database is created by `migrate` and `lectern-dev` if missing.
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -173,7 +173,7 @@ fn resolve(
     }
 }
 
-/// `dev` resolves the pepper twice (for the key it prints, then for serving): one
+/// `lectern-dev` resolves the pepper twice (for the key it prints, then for serving): one
 /// warning per setting is what an operator should read, not one per lookup.
 fn first_warning_for(setting: &'static str) -> bool {
     static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
@@ -231,14 +231,4 @@ impl ServeArgs {
             recount_after: Duration::from_secs(self.workspace_recount_secs),
         }
     }
-}
-
-/// Everything `dev` needs: the API's settings and where NATS is.
-#[derive(Clone, Debug, Args)]
-pub struct DevArgs {
-    #[command(flatten)]
-    pub serve: ServeArgs,
-    /// NATS server (with JetStream) the in-process projector consumes and the demo publishes to.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
 }

@@ -254,13 +254,6 @@ pub enum CommandError {
     /// `healthcheck` found the service unhealthy or unreachable.
     #[error("unhealthy: {0}")]
     Unhealthy(#[source] lectern_runtime::probe::ProbeError),
-    /// `dev` could not run the projector or publish the demo data.
-    #[error("{context}: {source}")]
-    Projector {
-        context: &'static str,
-        #[source]
-        source: lectern_projector::error::ProjectorError,
-    },
     /// Writing the command's output failed.
     #[error("writing output: {0}")]
     Output(#[source] std::io::Error),

@@ -3,7 +3,7 @@
 //! keys. The contract is `shared/spec/api-description-1.0.0.md` with `decisions.md`.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`serve`, `dev`, `migrate`, `keys`, `openapi`).
+//! - [`cli`]: the command line (`serve`, `migrate`, `keys`, `healthcheck`, `openapi`).
 //! - [`config`]: settings, each a flag with an environment twin.
 //! - [`http`]: routes, the envelope layer, auth, the strict query gate, OpenAPI.
 //! - [`listing`]: what every collection shares: parameters, positions, cursors, pages.

@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{self, RunSettings};
 use crate::dead_letters;
-use crate::demo;
 use crate::error::ProjectorError;
 use crate::operations;
 use crate::stream::{self, ensure_consumer, ensure_stream};
@@ -40,8 +39,6 @@ enum Command {
     Publish(PublishArgs),
     /// Exit 0 if the URL answers 200 (a container health check that needs no curl).
     Healthcheck(HealthcheckArgs),
-    /// Publish the demo contacts and items as change events; does nothing once published.
-    Demo(DemoArgs),
 }
 
 #[derive(Clone, Debug, Args)]
@@ -147,15 +144,6 @@ struct PublishArgs {
     files: Vec<std::path::PathBuf>,
 }
 
-#[derive(Debug, Args)]
-struct DemoArgs {
-    #[command(flatten)]
-    nats: NatsArgs,
-    /// Workspace the demo records belong to; by default the one `lectern-api dev` issues its key for.
-    #[arg(long, env = "LECTERN_DEMO_WORKSPACE", default_value_t = demo::DEMO_WORKSPACE)]
-    workspace: uuid::Uuid,
-}
-
 pub fn main() -> ExitCode {
     let cli: Cli = lectern_runtime::parse_args();
     init_logging();
@@ -205,7 +193,6 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
             write_stdout(&format!("{text}\n"))
         }
         Command::Publish(args) => publish(args).await,
-        Command::Demo(args) => publish_demo(args).await,
         Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(ProjectorError::Unhealthy),
     }
 }
@@ -366,12 +353,6 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
         published += 1;
     }
     write_stdout(&format!("published {published} event(s)\n"))
-}
-
-async fn publish_demo(args: DemoArgs) -> Result<(), ProjectorError> {
-    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
-    let outcome = demo::publish_demo(&jetstream::new(client), args.workspace).await?;
-    write_stdout(&format!("{outcome}\n"))
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<String, ProjectorError> {

@@ -8,7 +8,7 @@
 //! what follows. Any number of projectors can share the consumer.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`run`, `status`, `dead-letters`, `publish`, `demo`).
+//! - [`cli`]: the command line (`run`, `status`, `dead-letters`, `publish`, `healthcheck`).
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`pull`]: one pull from the consumer, and when to stop waiting for it.
@@ -19,7 +19,6 @@
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
 //! - [`dead_letters`]: storing dead letters whatever their bytes, listing and retrying them.
-//! - [`demo`]: the demo workspace's data, published as real change events.
 //! - [`error`]: the crate's error type.
 //! - [`metrics`]: what the projector counts and times.
 //! - [`operations`]: readiness, and the operations listener's wiring.
@@ -28,7 +27,6 @@ pub mod apply;
 pub mod cli;
 pub mod consumer;
 pub mod dead_letters;
-pub mod demo;
 pub mod durable_acks;
 pub mod error;
 pub mod in_hand;

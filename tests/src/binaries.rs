@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 static API: OnceLock<PathBuf> = OnceLock::new();
 static PROJECTOR: OnceLock<PathBuf> = OnceLock::new();
+static DEV: OnceLock<PathBuf> = OnceLock::new();
 
 /// Path to `lectern-api` in this build's target directory.
 pub fn lectern_api() -> PathBuf {
@@ -15,6 +16,11 @@ pub fn lectern_api() -> PathBuf {
 /// Path to `lectern-projector` in this build's target directory.
 pub fn lectern_projector() -> PathBuf {
     PROJECTOR.get_or_init(|| built("lectern-projector")).clone()
+}
+
+/// Path to `lectern-dev` in this build's target directory.
+pub fn lectern_dev() -> PathBuf {
+    DEV.get_or_init(|| built("lectern-dev")).clone()
 }
 
 fn built(name: &str) -> PathBuf {

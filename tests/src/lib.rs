@@ -21,7 +21,6 @@
 )]
 
 pub mod app;
-pub mod bench;
 pub mod binaries;
 pub mod database;
 pub mod nats;

@@ -1,9 +1,7 @@
-//! The `lectern-api` command line: `serve`, `dev`, `migrate`, `keys`, `healthcheck`,
-//! `openapi`.
+//! The `lectern-api` command line: `serve`, `migrate`, `keys`, `healthcheck`, `openapi`.
 
-mod dev;
 mod keys;
-mod serve;
+pub mod serve;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,11 +9,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{DatabaseArgs, DevArgs, ServeArgs};
+use crate::config::{DatabaseArgs, ServeArgs};
 use crate::db;
 use crate::error::CommandError;
-
-pub use dev::DEMO_WORKSPACE;
 
 /// Lectern's read API.
 #[derive(Debug, Parser)]
@@ -29,9 +25,6 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API (and the operations listener: /metrics, /healthz, /readyz).
     Serve(ServeArgs),
-    /// The whole local stack in one process: migrate, run the projector, publish the
-    /// demo data through NATS, print a fresh demo key, serve.
-    Dev(DevArgs),
     /// Create the database if needed and apply pending migrations.
     Migrate(DatabaseArgs),
     /// Manage API keys.
@@ -62,7 +55,6 @@ pub fn main() -> ExitCode {
 async fn run(command: Command) -> Result<(), CommandError> {
     match command {
         Command::Serve(args) => serve::serve(args).await,
-        Command::Dev(args) => dev::dev(args).await,
         Command::Migrate(args) => migrate(&args.database_url).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(CommandError::Unhealthy),
@@ -70,13 +62,15 @@ async fn run(command: Command) -> Result<(), CommandError> {
     }
 }
 
-async fn migrate(url: &str) -> Result<(), CommandError> {
+/// Creates the database if needed and applies pending migrations.
+pub async fn migrate(url: &str) -> Result<(), CommandError> {
     db::create_and_migrate(url).await.map_err(|source| database_error(url, source))?;
     tracing::info!(database = %db::redacted(url), "migrations applied");
     Ok(())
 }
 
-fn database_error(url: &str, source: sqlx::Error) -> CommandError {
+/// `source` as the command error of the database at `url` (shown redacted).
+pub fn database_error(url: &str, source: sqlx::Error) -> CommandError {
     match source {
         sqlx::Error::Migrate(source) => CommandError::Migrate { url: db::redacted(url), source: *source },
         source => CommandError::Database { url: db::redacted(url), source },
@@ -92,7 +86,8 @@ async fn connect(args: &DatabaseArgs) -> Result<sqlx::PgPool, CommandError> {
         .map_err(|source| database_error(&args.database_url, source))
 }
 
-fn write_stdout(text: &str) -> Result<(), CommandError> {
+/// Writes `text` to stdout, flushed: a command's output.
+pub fn write_stdout(text: &str) -> Result<(), CommandError> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(CommandError::Output)
 }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lectern_api::db::{lazy_pool, PoolSettings};
 use lectern_api::keys::Scope;
-use lectern_tests::bench::machine::field;
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::free_port;
@@ -677,6 +676,10 @@ async fn serve_keeps_its_memory_out_of_transparent_huge_pages() {
         std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("read {path}: {error}"))
     };
     let (status, rollup) = (proc_file("status"), proc_file("smaps_rollup"));
+    // The value of a `name: value` line of a /proc file.
+    let field = |text: &str, name: &str| {
+        text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':').map(|value| value.trim().to_owned()))
+    };
 
     assert_eq!(field(&status, "THP_enabled").as_deref(), Some("0"), "the process did not opt out:\n{status}");
     assert_eq!(field(&rollup, "AnonHugePages").as_deref(), Some("0 kB"), "memory in huge pages:\n{rollup}");

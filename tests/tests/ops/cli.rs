@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use lectern_tests::binaries::{lectern_api, lectern_projector, Run};
+use lectern_tests::binaries::{lectern_api, lectern_dev, lectern_projector, Run};
 
 /// Variables the binaries read outside clap, so no `--help` lists them: the log
 /// filter and the log format (`lectern_runtime::init_logging`).
@@ -16,6 +16,7 @@ pub fn binary(name: &str) -> PathBuf {
     match name {
         "lectern-api" => lectern_api(),
         "lectern-projector" => lectern_projector(),
+        "lectern-dev" => lectern_dev(),
         other => panic!("{other:?} is not one of Lectern's binaries"),
     }
 }

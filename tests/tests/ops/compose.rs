@@ -346,7 +346,7 @@ fn the_demo_seeder_runs_only_under_the_demo_profile() {
         let profiles = service.list("profiles");
         if service.name == "demo" {
             assert_eq!(profiles, ["demo"], "`docker compose --profile demo up` must be what runs the seeder");
-            assert_eq!(service.argv().get(..2), Some(&["lectern-projector".to_owned(), "demo".to_owned()][..]));
+            assert_eq!(service.argv().get(..2), Some(&["lectern-dev".to_owned(), "publish-demo".to_owned()][..]));
         } else {
             assert!(profiles.is_empty(), "{} must run without a profile: {profiles:?}", service.name);
         }

@@ -9,7 +9,7 @@ use serde_yaml::Value;
 /// The image every Lectern service runs (built once from the Dockerfile).
 pub const LECTERN_IMAGE: &str = "lectern:local";
 /// The binaries the image holds.
-pub const LECTERN_BINARIES: [&str; 2] = ["lectern-api", "lectern-projector"];
+pub const LECTERN_BINARIES: [&str; 3] = ["lectern-api", "lectern-projector", "lectern-dev"];
 
 /// The workspace root (the directory holding compose.yaml).
 pub fn root() -> PathBuf {

@@ -14,7 +14,6 @@ mod concurrency;
 mod convergence;
 mod dead_letter_bytes;
 mod dead_letters;
-mod demo;
 mod durable_acks;
 mod end_to_end;
 mod operations;

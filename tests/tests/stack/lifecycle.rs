@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use lectern_projector::demo::{demo_events, record_counts, DEMO_WORKSPACE};
+use lectern_fixtures::demo::{demo_events, record_counts, DEMO_WORKSPACE};
 use lectern_schema::events::EntityKind;
 use lectern_tests::nats::{free_port, TestNats};
 use lectern_tests::process::run_to_end;
@@ -160,8 +160,8 @@ async fn dev_without_reachable_nats_ends_at_once_with_one_line_naming_nats_url()
     let nats_url = format!("nats://127.0.0.1:{}", free_port());
 
     let run = run_to_end(
-        &lectern_tests::binaries::lectern_api(),
-        &["dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+        &lectern_tests::binaries::lectern_dev(),
+        &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
         &[("DATABASE_URL", &url), ("NATS_URL", &nats_url)],
         PROCESS_TIMEOUT,
     )

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use lectern_api::db::MIGRATOR;
-use lectern_projector::demo::{demo_events, expected_active_counts, DEMO_WORKSPACE};
+use lectern_fixtures::demo::{demo_events, expected_active_counts, DEMO_WORKSPACE};
 use lectern_schema::events::EntityKind;
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::nats::{free_port, TestNats};

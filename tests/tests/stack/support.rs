@@ -1,13 +1,13 @@
-//! Running `lectern-api dev`, reading the quick-start block it prints, and what the
+//! Running `lectern-dev`, reading the quick-start block it prints, and what the
 //! demo data should look like once it is all projected.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream;
-use lectern_projector::demo::{demo_events, DemoEvent, DEMO_WORKSPACE};
+use lectern_fixtures::demo::{demo_events, DemoEvent, DEMO_WORKSPACE};
 use lectern_schema::events::{ChangeKind, EntityKind};
-use lectern_tests::binaries::lectern_api;
+use lectern_tests::binaries::lectern_dev;
 use lectern_tests::database::admin_url;
 use lectern_tests::process::{Ended, Service};
 use lectern_tests::TestApp;
@@ -118,17 +118,17 @@ impl QuickStart {
     }
 }
 
-/// A running `lectern-api dev` that has printed its quick start.
+/// A running `lectern-dev` that has printed its quick start.
 pub struct Dev {
     pub service: Service,
     pub printed: QuickStart,
 }
 
-/// `lectern-api dev` on free ports, started but not waited for.
+/// `lectern-dev` on free ports, started but not waited for.
 pub fn spawn_dev(database_url: &str, nats_url: &str) -> Service {
     Service::spawn(
-        &lectern_api(),
-        &["dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+        &lectern_dev(),
+        &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
         &[("DATABASE_URL", database_url), ("NATS_URL", nats_url)],
     )
 }

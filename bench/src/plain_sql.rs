@@ -13,9 +13,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use super::plan::{Entity, Plan, Record};
-use super::records::{contact, item, Contact, Item};
 use super::{Context, Result};
+use lectern_fixtures::generator::plan::{Entity, Plan, Record};
+use lectern_fixtures::generator::records::{contact, item, Contact, Item};
 
 /// The projector's batch size.
 const BATCH: usize = 1_000;

@@ -1,5 +1,4 @@
-//! `lectern-api dev`: the whole local stack in one process, for a newcomer's first
-//! five minutes. Migrates, runs the projector, publishes the demo data through NATS
+//! The whole local stack in one process, for a newcomer's first five minutes. Migrates, runs the projector, publishes the demo data through NATS
 //! as real change events, waits until it is projected, prints a fresh key with a
 //! ready curl line, serves; Ctrl-C stops the API and the projector cleanly.
 //!
@@ -11,23 +10,22 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use lectern_api::cli::serve::{self, cancel_on_signal};
+use lectern_api::cli::{database_error, migrate, write_stdout};
+use lectern_api::config::ServeArgs;
+use lectern_api::keys::store::{self, NewKey};
+use lectern_api::keys::{IssuedKey, Scope};
+use lectern_fixtures::demo::{self, DemoCounts, DEMO_WORKSPACE};
 use lectern_projector::consumer::{self, RunSettings};
-use lectern_projector::demo::{self, DemoCounts, DemoOutcome};
 use lectern_schema::events::EntityKind;
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::serve::{self, cancel_on_signal};
-use super::{database_error, write_stdout};
-use crate::config::DevArgs;
-use crate::error::CommandError;
-use crate::keys::store::{self, NewKey};
-use crate::keys::{IssuedKey, Scope};
-
-/// The demo workspace: its data is published by `dev`, its key printed.
-pub const DEMO_WORKSPACE: Uuid = demo::DEMO_WORKSPACE;
+use crate::cli::StackArgs;
+use crate::error::DevError;
+use crate::publish::{publish_demo, resend_demo, DemoOutcome};
 
 /// A newcomer should hear within seconds that NATS is missing, not wait on retries.
 const NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,11 +33,12 @@ const NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// API is served anyway so the newcomer can look.
 const PROJECTION_WAIT: Duration = Duration::from_secs(60);
 
-pub async fn dev(args: DevArgs) -> Result<(), CommandError> {
+/// Runs the stack until Ctrl-C or SIGTERM.
+pub async fn run(args: StackArgs) -> Result<(), DevError> {
     serve::install_metrics_recorder();
     let settings = &args.serve;
     let url = &settings.database.database_url;
-    super::migrate(url).await?;
+    migrate(url).await?;
     let nats = connect_nats(&args.nats_url).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -64,22 +63,18 @@ pub async fn dev(args: DevArgs) -> Result<(), CommandError> {
         Ok(Err(error)) => tracing::error!(%error, "the projector stopped with an error"),
         Err(error) => tracing::error!(%error, "the projector's task failed"),
     }
-    served
+    Ok(served?)
 }
 
-async fn connect_nats(url: &str) -> Result<async_nats::Client, CommandError> {
-    let unreachable = |problem: String| CommandError::Config {
-        setting: "--nats-url/NATS_URL",
-        problem: format!(
-            "cannot connect to NATS at {url} ({problem}); `dev` needs NATS with JetStream (`nats-server -js`) \
-             to publish and project the demo data"
-        ),
-    };
-    let connecting = async_nats::ConnectOptions::new().name("lectern-api dev").connect(url);
+/// A client of the NATS at `url`; a newcomer hears at once when it is missing.
+pub async fn connect_nats(url: &str) -> Result<async_nats::Client, DevError> {
+    let unreachable =
+        |source: Box<dyn std::error::Error + Send + Sync>| DevError::Connect { url: url.to_owned(), source };
+    let connecting = async_nats::ConnectOptions::new().name("lectern-dev").connect(url);
     match tokio::time::timeout(NATS_CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(error)) => Err(unreachable(error.to_string())),
-        Err(_) => Err(unreachable(format!("no answer within {NATS_CONNECT_TIMEOUT:?}"))),
+        Ok(Err(error)) => Err(unreachable(error.into())),
+        Err(elapsed) => Err(unreachable(elapsed.into())),
     }
 }
 
@@ -101,18 +96,17 @@ async fn publish_unless_projected(
     pool: &PgPool,
     jetstream: &jetstream::Context,
     final_versions: &FinalVersions,
-) -> Result<Demo, CommandError> {
-    let failed = |context| move |source| CommandError::Projector { context, source };
+) -> Result<Demo, DevError> {
     if projected(pool, final_versions).await.unwrap_or(false) {
         tracing::info!("the read model already holds the demo data; nothing to publish");
         return Ok(Demo::AlreadyProjected);
     }
-    let outcome = demo::publish_demo(jetstream, DEMO_WORKSPACE).await.map_err(failed("publishing the demo data"))?;
+    let outcome = publish_demo(jetstream, DEMO_WORKSPACE).await?;
     if let DemoOutcome::AlreadyPublished { .. } = outcome {
         tracing::info!(
             "the stream holds the demo data but the read model does not (a reset database?); sending it again"
         );
-        demo::resend_demo(jetstream, DEMO_WORKSPACE).await.map_err(failed("sending the demo data again"))?;
+        resend_demo(jetstream, DEMO_WORKSPACE).await?;
         return Ok(Demo::Resent);
     }
     tracing::info!("{outcome}");
@@ -193,11 +187,11 @@ async fn projected(pool: &PgPool, final_versions: &FinalVersions) -> Result<bool
     Ok(usize::try_from(reached).is_ok_and(|reached| reached == final_versions.records()))
 }
 
-async fn issue_demo_key(pool: &PgPool, settings: &crate::config::ServeArgs) -> Result<IssuedKey, CommandError> {
+async fn issue_demo_key(pool: &PgPool, settings: &ServeArgs) -> Result<IssuedKey, DevError> {
     let issued = IssuedKey::generate(settings.environment, &settings.secrets.pepper()?);
     let new = NewKey {
         workspace_id: DEMO_WORKSPACE,
-        name: Some("lectern-api dev"),
+        name: Some("lectern-dev"),
         scopes: &[Scope::ContactsRead, Scope::ItemsRead],
         expires_at: None,
     };
@@ -213,7 +207,7 @@ fn print_quick_start(
     issued: &IssuedKey,
     demo: Demo,
     active: DemoCounts,
-) -> Result<(), CommandError> {
+) -> Result<(), DevError> {
     let api = api.map_or_else(|| "<unknown>".to_owned(), |address| address.to_string());
     let metrics = metrics.map_or_else(|| "<unknown>".to_owned(), |address| address.to_string());
     let key = issued.key.expose_secret();
@@ -233,5 +227,6 @@ fn print_quick_start(
          \n  curl -s -H 'X-API-Key: {key}' 'http://{api}/v1/items?search=consult'\n\
          \nStop with Ctrl-C.\n",
         active.contacts, active.items
-    ))
+    ))?;
+    Ok(())
 }

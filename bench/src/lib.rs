@@ -1,4 +1,4 @@
-//! `lectern-bench`: the reproducible benchmark of issue 7. It loads a million contacts
+//! `lectern-bench`: the reproducible benchmark. It loads a million contacts
 //! and 200,000 items through the real path (JetStream, then the release projector),
 //! measures the projector and the release API under load from separate processes, and
 //! measures PostgreSQL doing the same work without Lectern, side by side in one run.
@@ -6,7 +6,7 @@
 //!
 //! # Layout
 //! - [`options`]: the command line.
-//! - [`plan`], [`prng`], [`catalogue`], [`records`]: the data, derived from positions alone.
+//! - The data, derived from positions alone, is `lectern_fixtures::generator`'s.
 //! - [`infra`]: private databases, nats-server, release binaries, external tools.
 //! - [`publish`]: pipelined, acknowledged publishing.
 //! - [`projector_side`]: the backlog drain ([`drain`]), its plain-SQL baseline
@@ -20,7 +20,6 @@
 
 pub mod api;
 pub mod api_side;
-pub mod catalogue;
 pub mod cpu_shares;
 pub mod drain;
 pub mod infra;
@@ -29,11 +28,8 @@ pub mod load;
 pub mod machine;
 pub mod options;
 pub mod plain_sql;
-pub mod plan;
-pub mod prng;
 pub mod projector_side;
 pub mod publish;
-pub mod records;
 pub mod report;
 pub mod scenarios;
 pub mod soak;
@@ -75,10 +71,10 @@ pub struct Setup {
 pub async fn run(options: Options) -> Result<String> {
     let wrk = infra::tool("wrk", "install it with `apt-get install -y wrk`")?;
     let pgbench = infra::tool("pgbench", "it ships with PostgreSQL (`apt-get install -y postgresql-client`)")?;
-    if !crate::nats::server_binary().exists() {
+    if !infra::nats_server().exists() {
         return Err(format!(
             "nats-server not found at {} (install nats-server, or set LECTERN_TEST_NATS_SERVER)",
-            crate::nats::server_binary().display()
+            infra::nats_server().display()
         )
         .into());
     }
@@ -139,7 +135,7 @@ async fn interrupted() {
 }
 
 async fn measure(setup: &Setup) -> Result<report::Report> {
-    let plan = plan::Plan::new(setup.options.contacts);
+    let plan = lectern_fixtures::generator::plan::Plan::new(setup.options.contacts);
     let machine = machine::describe();
     let database = infra::Database::create(&setup.databases.0).await?;
     let server_version: String =

@@ -1,10 +1,10 @@
-//! `lectern-bench`: the reproducible benchmark (see `lectern_tests::bench`).
+//! `lectern-bench`: the reproducible benchmark (see the library's docs).
 //!
-//! `cargo run --release -p lectern-tests --bin lectern-bench -- [--scale small|full] [--contacts N] [--output FILE]`
+//! `cargo run --release -p lectern-bench -- [--scale small|full] [--contacts N] [--output FILE]`
 
 use std::process::ExitCode;
 
-use lectern_tests::bench::{self, Options};
+use lectern_bench::{self as bench, Options};
 
 #[tokio::main]
 async fn main() -> ExitCode {

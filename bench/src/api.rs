@@ -17,8 +17,8 @@ use secrecy::{ExposeSecret, SecretString};
 use uuid::Uuid;
 
 use super::infra::{free_port, Database, Process};
-use super::plan::Plan;
 use super::{Context, Result};
+use lectern_fixtures::generator::plan::Plan;
 
 const PEPPER: &str = "lectern-bench key pepper, not a secret";
 const CURSOR_SECRET: &str = "lectern-bench cursor secret, not a secret";

@@ -1,4 +1,4 @@
-//! The demo data set (`lectern-projector demo`): published through the real contract, it
+//! The demo data set (`lectern-dev publish-demo`): published through the real contract, it
 //! reaches the read model exactly once however often it is published. Each test has its
 //! own nats-server and database.
 
@@ -6,9 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use lectern_projector::demo::{
-    demo_events, expected_active_counts, publish_demo, record_counts, DemoEvent, DemoOutcome, DEMO_WORKSPACE,
-};
+use lectern_dev::publish::{publish_demo, DemoOutcome};
+use lectern_fixtures::demo::{demo_events, expected_active_counts, record_counts, DemoEvent, DEMO_WORKSPACE};
 use lectern_schema::events::{ChangeKind, EntityKind};
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{eventually, RunningProjector};
@@ -16,9 +15,16 @@ use lectern_tests::TestDatabase;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::process::run_command;
+use lectern_tests::binaries::{lectern_dev, Run};
+use lectern_tests::process::run_to_end;
 
 const WITHIN: Duration = Duration::from_secs(60);
+
+/// `lectern-dev publish-demo <args>` against `nats`, run to its end.
+async fn publish_demo_command(nats: &TestNats, args: &[&str]) -> Run {
+    let args: Vec<&str> = std::iter::once("publish-demo").chain(args.iter().copied()).collect();
+    run_to_end(&lectern_dev(), &args, &[("NATS_URL", &nats.url)], WITHIN).await
+}
 
 /// How many messages the `CHANGES` stream holds.
 async fn stored_messages(nats: &TestNats) -> u64 {
@@ -126,8 +132,8 @@ async fn the_demo_command_prints_its_summary_and_a_second_run_publishes_nothing(
     let events = demo_events(DEMO_WORKSPACE);
     let records = record_counts(&events);
 
-    let first = run_command(&nats.url, "postgres://unused", &["demo"], &[], None).await;
-    let second = run_command(&nats.url, "postgres://unused", &["demo"], &[], None).await;
+    let first = publish_demo_command(&nats, &[]).await;
+    let second = publish_demo_command(&nats, &[]).await;
 
     first.assert_success();
     assert_eq!(first.stdout.lines().count(), 1, "one summary line: {}", first.stdout);
@@ -152,8 +158,7 @@ async fn the_demo_command_publishes_into_the_workspace_it_is_given() {
     let workspace = Uuid::new_v4();
     let events = demo_events(workspace);
 
-    let run =
-        run_command(&nats.url, "postgres://unused", &["demo", "--workspace", &workspace.to_string()], &[], None).await;
+    let run = publish_demo_command(&nats, &["--workspace", &workspace.to_string()]).await;
 
     run.assert_success();
     assert!(run.stdout.contains(&format!("for workspace {workspace}")), "{}", run.stdout);

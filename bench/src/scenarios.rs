@@ -20,9 +20,9 @@ use lectern_api::listing::{Limit, ListRequest, Position, SearchText, SortKey};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::plan::{Entity, Plan, Record};
-use super::records::contact;
 use super::{Context, Result};
+use lectern_fixtures::generator::plan::{Entity, Plan, Record};
+use lectern_fixtures::generator::records::contact;
 
 pub struct Scenario {
     pub name: String,

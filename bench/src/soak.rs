@@ -13,10 +13,10 @@ use super::api::Api;
 use super::api_side::{self, run_wrk};
 use super::infra::{Database, Nats};
 use super::machine::rss_kib;
-use super::plan::Plan;
 use super::report::{millis, thousands, Report, Row};
 use super::scenarios::{self, Scenario};
 use super::{drain, latency, publish, Result, Setup};
+use lectern_fixtures::generator::plan::Plan;
 
 /// Long enough for the caches, the pools and the allocator to reach their working size.
 const WARM_UP: Duration = Duration::from_secs(10);

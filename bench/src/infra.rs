@@ -67,7 +67,7 @@ impl Nats {
     }
 
     pub async fn start(work: &Path) -> Result<Self> {
-        let binary = crate::nats::server_binary();
+        let binary = nats_server();
         if !binary.exists() {
             return Err(format!(
                 "nats-server not found at {} (apt-get install -y nats-server, or set LECTERN_TEST_NATS_SERVER)",
@@ -190,4 +190,9 @@ pub fn tool(name: &str, install: &str) -> Result<PathBuf> {
         .into_iter()
         .find(|candidate| candidate.is_file())
         .ok_or_else(|| format!("{name} is not installed; {install}").into())
+}
+
+/// The nats-server binary (`LECTERN_TEST_NATS_SERVER` overrides, as for the tests).
+pub fn nats_server() -> PathBuf {
+    std::env::var_os("LECTERN_TEST_NATS_SERVER").map_or_else(|| PathBuf::from("/usr/sbin/nats-server"), PathBuf::from)
 }

@@ -8,10 +8,10 @@ use super::infra::Database;
 use super::latency::distinct_contacts;
 use super::load::{self, Http};
 use super::machine::cpu_seconds;
-use super::plan::{Plan, Record};
 use super::report::{millis, thousands, Report, Row};
 use super::scenarios::{self, Inputs, Scenario};
 use super::{Context, Result, Setup};
+use lectern_fixtures::generator::plan::{Plan, Record};
 
 /// Contacts in the retrieve-by-id scenario.
 const SAMPLE: usize = 1_000;

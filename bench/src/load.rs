@@ -15,7 +15,7 @@ use super::scenarios::Scenario;
 use super::{Context, Result};
 
 /// The wrk script, also at `bench/requests.lua` for running wrk by hand.
-pub const LUA: &str = include_str!("../../../bench/requests.lua");
+pub const LUA: &str = include_str!("../requests.lua");
 
 pub struct Http {
     pub requests: u64,

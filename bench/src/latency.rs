@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::plan::{Entity, Plan, Record};
-use super::prng::Prng;
 use super::publish::Publisher;
-use super::records::contact;
 use super::Result;
+use lectern_fixtures::generator::plan::{Entity, Plan, Record};
+use lectern_fixtures::generator::records::contact;
+use lectern_fixtures::prng::Prng;
 
 /// Published, not yet seen: by publishing order, the record and when it was published.
 type Outstanding = Arc<Mutex<BTreeMap<u64, ((Uuid, Uuid), Instant)>>>;

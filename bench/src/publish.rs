@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
 
-use super::plan::Plan;
-use super::records::{created_event, Event};
 use super::{Context, Result};
+use lectern_fixtures::generator::plan::Plan;
+use lectern_fixtures::generator::records::{created_event, Event};
 
 /// Publishes whose acks are still awaited, far below async-nats' limit of 5,000.
 const WINDOW: usize = 2_048;

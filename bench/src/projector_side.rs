@@ -7,10 +7,10 @@ use lectern_projector::workspace_indexes::OwnIndexSettings;
 use super::cpu_shares::CpuShares;
 use super::infra::{drop_database, Database, Nats};
 use super::machine::RssSampler;
-use super::plan::Plan;
 use super::report::{millis, thousands, Report, Row};
 use super::wal::WalMark;
 use super::{drain, latency, plain_sql, publish, Result, Setup};
+use lectern_fixtures::generator::plan::Plan;
 
 const STEADY_RATE: u32 = 2_000;
 
