@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use lectern_api::db::{lazy_pool, PoolSettings};
 use lectern_api::keys::Scope;
+use lectern_tests::app::AppOptions;
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::seed::create_key;
-use lectern_tests::app::AppOptions;
 use lectern_tests::{ContactSeed, Reply, TestApp};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
