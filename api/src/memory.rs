@@ -5,7 +5,7 @@
 //! one live object is then resident whole: a cached first page, a connection's
 //! buffer or a response body spread over the arenas keeps far more memory resident than
 //! it uses. Measured with the benchmark's scenarios run one after the other against one
-//! process (README, Performance): peak RSS 101 to 103 MiB with huge pages, 80 to 81 MiB
+//! process (bench/history.md, 2026-11-25): peak RSS 101 to 103 MiB with huge pages, 80 to 81 MiB
 //! without, for 1 to 2 µs more CPU per request (more TLB misses) and 1.5 to 4 % fewer
 //! requests a second where the API alone is the limit (cached first pages, retrieves).
 //!

@@ -11,7 +11,7 @@ use crate::db;
 use crate::db::connections::ReadConnections;
 use crate::db::notifications::ListenerHealth;
 
-/// Names of the metrics the API records (one place, so the README and tests agree).
+/// Names of the metrics the API records (one place, so docs/operations.md and tests agree).
 pub mod names {
     pub const HTTP_REQUESTS: &str = "lectern_http_requests_total";
     pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";

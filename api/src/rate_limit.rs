@@ -4,7 +4,7 @@
 //! real key is never charged: many integrations behind one proxy share its address.
 //!
 //! Buckets live in this process: with several replicas a key's effective limit is
-//! the per-replica limit times the replicas its requests spread over (README).
+//! the per-replica limit times the replicas its requests spread over (docs/operations.md).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};

@@ -92,7 +92,7 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) ->
 /// The usual batch, events of one table and nothing refused, as a single statement that
 /// is its own transaction and commits before its flush. A `begin` and a `commit` around
 /// it were two more round trips per batch, each a chance for a busy host to schedule
-/// the projector or PostgreSQL out (README, Performance). A batch of contacts and items
+/// the projector or PostgreSQL out (bench/history.md, 2026-11-25). A batch of contacts and items
 /// both goes through [`write_in_a_transaction`], so that it stays atomic.
 async fn write_in_one_statement(pool: &PgPool, events: &[Decoded<'_>]) -> Result<(), sqlx::Error> {
     let (contacts, items) = newest_by_record(events.iter().map(|(_, event)| event));

@@ -8,7 +8,7 @@
 //! queued every later event behind it. Four by default, not two: at steady load a batch
 //! spends much of its time waiting on its commit and round trips rather than on a core;
 //! with two the publish→visible p99 was 53-105 ms, with four 39-44 ms, on the same host
-//! (README, Performance). Batches in flight together are as safe as as many projectors
+//! (bench/history.md, 2026-11-24). Batches in flight together are as safe as as many projectors
 //! sharing the consumer: writes are version-guarded and in key order (see
 //! `apply`), and each batch is acknowledged only once its own commit is on disk.
 //!

@@ -3,8 +3,8 @@
 //!
 //! A batch commits with `synchronous_commit = off`: its rows are visible the moment the
 //! commit returns, not after the commit's WAL flush (5 to 15 ms on this project's
-//! hosts, and taken one batch at a time behind PostgreSQL's notify lock: README,
-//! Performance). Such a commit can still be lost in a crash, so its messages are not
+//! hosts, and taken one batch at a time behind PostgreSQL's notify lock:
+//! bench/history.md, 2026-11-25). Such a commit can still be lost in a crash, so its messages are not
 //! acknowledged then. They are acknowledged after a *flush barrier*: a transaction
 //! committed with `synchronous_commit = on` on one long-lived connection. PostgreSQL
 //! flushes its WAL in order, so once the barrier's commit is flushed, so is every

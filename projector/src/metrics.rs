@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lectern_schema::ChangeEvent;
 
-/// Metric names (one place, so the README and tests agree).
+/// Metric names (one place, so docs/operations.md and tests agree).
 pub mod names {
     pub const EVENTS_APPLIED: &str = "lectern_projector_events_applied_total";
     pub const EVENTS_DEAD_LETTERED: &str = "lectern_projector_events_dead_lettered_total";

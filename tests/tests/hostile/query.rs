@@ -3,7 +3,7 @@
 //! `sort`/`type` junk, LIKE metacharacters and SQL text in `search`, weird record ids
 //! and hostile `X-Request-Id` headers, sent with keys of every kind.
 //!
-//! Each answer is held to a model of the contract (decisions.md and the README): the
+//! Each answer is held to a model of the contract (decisions.md and docs/api.md): the
 //! order of checks (route, 401, 403, 400), the strict query gate (unknown, repeated,
 //! workspace-choosing and badly encoded parameters, each value's rule; one `details`
 //! entry per problem, naming its parameter, in order), and, for a 200, exactly the

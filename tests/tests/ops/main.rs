@@ -1,6 +1,7 @@
 //! Operations files, checked on paper (no container engine runs where the tests do):
 //! compose.yaml against the real binaries' command lines, .env.example and the
-//! Dockerfile; the Dockerfile against the workspace and compose.yaml.
+//! Dockerfile; the Dockerfile against the workspace and compose.yaml; the Markdown
+//! files' links against the repository.
 
 #![allow(
     clippy::expect_used,
@@ -11,4 +12,5 @@
 mod cli;
 mod compose;
 mod dockerfile;
+mod docs_links;
 mod stack;

@@ -41,7 +41,7 @@ async fn every_setting_on_the_postgres_command_line_is_one_postgresql_accepts() 
 
 /// The stock 1 GB forces a checkpoint every 8-10 s under 2,000 updates a second, and
 /// every page an update touches after one is written to the WAL whole again: 4.6 times
-/// the WAL, and a publish→visible p99 several times longer (bench/rounds.md, 14:00-17:00).
+/// the WAL, and a publish→visible p99 several times longer (bench/history.md, 2026-11-25, 14:00-17:00).
 #[test]
 fn compose_postgres_spaces_its_checkpoints_for_the_projectors_writes() {
     let settings = command_line_settings();
