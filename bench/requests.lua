@@ -1,4 +1,4 @@
--- wrk script of lectern-bench (tests/src/bench/wrk.rs embeds it).
+-- wrk script of lectern-bench (bench/src/load.rs embeds it).
 --
 -- The file named after `--` holds one request per line, "<API key>\t<path and query>";
 -- each request picks a line at random, so a file with one line per workspace spreads

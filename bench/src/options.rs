@@ -116,9 +116,7 @@ impl Options {
             projector_only,
             keep,
             build,
-            command_line: format!("cargo run --release -p lectern-tests --bin lectern-bench -- {command_line}")
-                .trim_end()
-                .to_owned(),
+            command_line: format!("cargo run --release -p lectern-bench -- {command_line}").trim_end().to_owned(),
         }))
     }
 }

@@ -23,7 +23,7 @@ const BATCH_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// The process's Prometheus recorder, installed on first use. Both binaries may run
-/// in one process (`lectern-api dev`) and tests build many apps, so it is shared;
+/// in one process (`lectern-dev`) and tests build many apps, so it is shared;
 /// `None` only if another recorder was installed first.
 pub fn metrics_handle() -> Option<PrometheusHandle> {
     RECORDER
