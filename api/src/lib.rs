@@ -1,6 +1,7 @@
 //! `lectern-api`: serves workspace-scoped, scope-checked, cursor-paginated reads of
 //! the active records in Lectern's PostgreSQL read model, to integrations holding API
-//! keys. The contract is `shared/spec/api-description-1.0.0.md` with `decisions.md`.
+//! keys. The contract, in our words, is `docs/api.md`; the served OpenAPI document
+//! states it for machines.
 //!
 //! # Layout
 //! - [`cli`]: the command line (`serve`, `migrate`, `keys`, `healthcheck`, `openapi`).

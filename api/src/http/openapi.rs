@@ -200,9 +200,9 @@ fn add_response_headers(status: &str, response: &mut Value) {
         "X-Request-Id".to_owned(),
         json!({ "description": "The request id, also in the body.", "required": true, "schema": { "$ref": "#/components/schemas/RequestId" } }),
     );
-    // Every response after the key is verified states the key's standing; a 401 (and a
-    // 500 or 503 that may come before it) cannot.
-    if !matches!(status, "401" | "500" | "503") {
+    // Every response after the key is verified states the key's standing (a 500 or 503
+    // may come before or after it); a 401 cannot.
+    if status != "401" {
         headers.insert(
             "RateLimit-Policy".to_owned(),
             json!({
@@ -217,6 +217,16 @@ fn add_response_headers(status: &str, response: &mut Value) {
                 "description": "The key's standing: `\"per-key\";r=<requests left now>;t=<seconds until the bucket is full>`.",
                 "required": status == "200",
                 "schema": { "type": "string", "examples": ["\"per-key\";r=99;t=1"] }
+            }),
+        );
+    }
+    if status == "401" {
+        headers.insert(
+            "WWW-Authenticate".to_owned(),
+            json!({
+                "description": "The scheme that would succeed: an API key in the `X-API-Key` header.",
+                "required": true,
+                "schema": { "type": "string", "const": crate::http::envelope::KEY_CHALLENGE }
             }),
         );
     }

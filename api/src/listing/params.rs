@@ -240,6 +240,7 @@ query_param_type!(
     {
         let mut schema = MetaSchema::new("string");
         schema.min_length = Some(1);
+        schema.max_length = Some(CursorToken::MAX_LEN);
         schema.description = Some("The `page.nextCursor` of the previous page, passed unchanged.");
         schema
     },
