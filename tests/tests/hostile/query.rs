@@ -62,10 +62,24 @@ fn value_is_valid(resource: Resource, name: &str, value: &str) -> bool {
     }
 }
 
-/// What the strict gate finds in `query`: the name each problem must start with, in
-/// order, and the parameters it lets through. `resource` is `None` for a retrieve
-/// route, which accepts no parameter.
-fn gate(query: Option<&str>, resource: Option<Resource>) -> (Vec<String>, Listing) {
+/// Why the gate refuses a parameter; the same name refused for the same reason twice is
+/// one problem (the server lists each distinct problem once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Refusal {
+    NameNotUtf8,
+    NotAccepted,
+    Repeated,
+    ValueNotUtf8,
+    BadValue,
+}
+
+/// Problems a 400 lists at most (`lectern_api::http::strict_query::MAX_DETAILS`).
+const MAX_DETAILS: usize = lectern_api::http::strict_query::MAX_DETAILS;
+
+/// What the strict gate finds in `query`: the name each problem must start with, with
+/// its reason, in order, and the parameters it lets through. `resource` is `None` for a
+/// retrieve route, which accepts no parameter.
+fn gate(query: Option<&str>, resource: Option<Resource>) -> (Vec<(String, Refusal)>, Listing) {
     let accepted: &[&str] = if resource.is_some() { &["search", "cursor", "limit", "type", "sort"] } else { &[] };
     let mut problems = Vec::new();
     let mut listing = Listing::default();
@@ -73,24 +87,24 @@ fn gate(query: Option<&str>, resource: Option<Resource>) -> (Vec<String>, Listin
     for pair in query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty()) {
         let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
         let Some(name) = form_decode(raw_name) else {
-            problems.push(echo(raw_name));
+            problems.push((echo(raw_name), Refusal::NameNotUtf8));
             continue;
         };
         if name.to_lowercase().contains("workspace") || !accepted.contains(&name.as_str()) {
-            problems.push(echo(&name));
+            problems.push((echo(&name), Refusal::NotAccepted));
             continue;
         }
         if !seen.insert(name.clone()) {
-            problems.push(name);
+            problems.push((name, Refusal::Repeated));
             continue;
         }
         let Some(value) = form_decode(raw_value) else {
-            problems.push(name);
+            problems.push((name, Refusal::ValueNotUtf8));
             continue;
         };
         let Some(resource) = resource else { continue };
         if !value_is_valid(resource, &name, &value) {
-            problems.push(name);
+            problems.push((name, Refusal::BadValue));
             continue;
         }
         match name.as_str() {
@@ -177,15 +191,20 @@ fn check(world: &World, access: Access, key_variant: usize, path_and_query: &str
         reply.assert_error(403, "FORBIDDEN");
         return;
     }
-    let (mut problems, listing) = gate(url.query(), id.is_none().then_some(resource));
+    let (mut refused, listing) = gate(url.query(), id.is_none().then_some(resource));
     let record_id = id.as_deref().map(|segment| form_decode(segment).and_then(|text| Uuid::try_parse(&text).ok()));
     if record_id == Some(None) {
-        problems.insert(0, "id".to_owned());
+        refused.insert(0, ("id".to_owned(), Refusal::BadValue));
     }
-    if problems.is_empty() && listing.cursor {
-        // Only a cursor this server issued is valid, and the model makes none.
-        problems.push("cursor".to_owned());
+    if listing.cursor {
+        // Only a cursor this server issued is valid, and the model makes none; it is
+        // reported with the other problems, after them.
+        refused.push(("cursor".to_owned(), Refusal::BadValue));
     }
+    let mut distinct = HashSet::new();
+    let mut problems: Vec<String> =
+        refused.into_iter().filter(|problem| distinct.insert(problem.clone())).map(|(name, _)| name).collect();
+    problems.truncate(MAX_DETAILS);
     if !problems.is_empty() {
         reply.assert_error(400, "VALIDATION_ERROR");
         let details = reply.details();
