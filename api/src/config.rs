@@ -12,9 +12,9 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::db::workspace_sizes::WalkSettings;
 use crate::db::PoolSettings;
 use crate::error::CommandError;
-use crate::http::ServerLimits;
+use crate::http::{AppSettings, ServerLimits};
 use crate::keys::{Environment, Pepper};
-use crate::rate_limit::{Policy, RateLimits};
+use crate::rate_limit::Policy;
 
 /// Publicly known values so a local run works with no set-up; refused in production.
 const DEV_KEY_PEPPER: &str = "lectern-development-key-pepper-not-secret";
@@ -101,11 +101,14 @@ pub struct RateLimitArgs {
 }
 
 impl RateLimitArgs {
-    pub fn limits(&self) -> RateLimits {
-        RateLimits::new(
-            Policy { per_minute: self.rate_limit_per_minute, burst: self.rate_limit_burst },
-            Policy { per_minute: self.key_lookups_per_minute, burst: self.key_lookup_burst },
-        )
+    /// Each key's bucket.
+    pub fn per_key(&self) -> Policy {
+        Policy { per_minute: self.rate_limit_per_minute, burst: self.rate_limit_burst }
+    }
+
+    /// Each client address's bucket of failed key lookups.
+    pub fn lookups_per_address(&self) -> Policy {
+        Policy { per_minute: self.key_lookups_per_minute, burst: self.key_lookup_burst }
     }
 }
 
@@ -224,6 +227,20 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// What the application state is built from; fails on a missing or unusable secret.
+    pub fn app_settings(&self) -> Result<AppSettings, CommandError> {
+        Ok(AppSettings {
+            reads: self.pool.settings(),
+            pepper: self.secrets.pepper()?,
+            environment: self.environment,
+            cursor_secret: self.secrets.cursor_secret()?,
+            cursor_lifetime: Duration::from_secs(self.cursor_lifetime_secs),
+            per_key: self.rate_limits.per_key(),
+            lookups_per_address: self.rate_limits.lookups_per_address(),
+            walks: self.walk_settings(),
+        })
+    }
+
     /// When searches walk a workspace.
     pub fn walk_settings(&self) -> WalkSettings {
         WalkSettings {

@@ -5,15 +5,12 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lectern_api::db::connections::ReadConnections;
-use lectern_api::db::lookups::Lookups;
 use lectern_api::db::notifications::Invalidated;
-use lectern_api::db::workspace_sizes::{WalkSettings, WorkspaceSizes};
+use lectern_api::db::workspace_sizes::WalkSettings;
 use lectern_api::db::PoolSettings;
-use lectern_api::http::{AppState, Application};
-use lectern_api::keys::{Authenticator, Environment, Scope};
-use lectern_api::listing::cursor::CursorSigner;
-use lectern_api::rate_limit::{Policy, RateLimits};
+use lectern_api::http::{AppSettings, AppState, Application};
+use lectern_api::keys::{Environment, Scope};
+use lectern_api::rate_limit::Policy;
 use secrecy::SecretString;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -47,17 +44,29 @@ pub struct AppOptions {
     pub connections_per_workspace: Option<u32>,
 }
 
-/// Listing connections as the API opens them, with the limits and the address of
-/// `pool` (whose connect options already carry the statement timeout).
-fn read_connections_beside(pool: &PgPool, connections_per_workspace: Option<u32>) -> ReadConnections {
-    let settings = PoolSettings {
-        max_connections: pool.options().get_max_connections(),
-        acquire_timeout: pool.options().get_acquire_timeout(),
-        statement_timeout: Duration::from_secs(30),
-        connections_per_workspace: connections_per_workspace
-            .unwrap_or_else(|| PoolSettings::default_share(pool.options().get_max_connections())),
-    };
-    ReadConnections::new((*pool.connect_options()).clone(), &settings)
+impl AppOptions {
+    /// The settings `serve` would build the state from, with the limits of `pool` for
+    /// its listing connections.
+    fn settings_beside(&self, pool: &PgPool) -> AppSettings {
+        let max_connections = pool.options().get_max_connections();
+        AppSettings {
+            reads: PoolSettings {
+                max_connections,
+                acquire_timeout: pool.options().get_acquire_timeout(),
+                statement_timeout: Duration::from_secs(30),
+                connections_per_workspace: self
+                    .connections_per_workspace
+                    .unwrap_or_else(|| PoolSettings::default_share(max_connections)),
+            },
+            pepper: test_pepper(),
+            environment: self.environment,
+            cursor_secret: SecretString::from(TEST_CURSOR_SECRET.to_owned()),
+            cursor_lifetime: self.cursor_lifetime,
+            per_key: self.per_key,
+            lookups_per_address: self.lookups_per_address,
+            walks: self.walks,
+        }
+    }
 }
 
 /// A limit no test reaches by accident.
@@ -101,18 +110,8 @@ impl TestApp {
         if std::env::var_os("LECTERN_TEST_LOG").is_some() {
             lectern_api::telemetry::init();
         }
-        let state = AppState {
-            pool: pool.clone(),
-            reads: read_connections_beside(&pool, options.connections_per_workspace),
-            authenticator: Arc::new(Authenticator::new(pool.clone(), test_pepper(), options.environment)),
-            cursors: CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), options.cursor_lifetime),
-            rate_limits: RateLimits::new(options.per_key, options.lookups_per_address),
-            first_pages: Arc::default(),
-            change_listener: Arc::default(),
-            workspace_sizes: WorkspaceSizes::new(options.walks),
-            contacts: Lookups::new(pool.clone()),
-            items: Lookups::new(pool.clone()),
-        };
+        // The constructor `serve` uses.
+        let state = AppState::new(pool.clone(), options.settings_beside(&pool));
         let caches: [Arc<dyn Invalidated>; 2] = [state.authenticator.clone(), state.first_pages.clone()];
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");

@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use lectern_runtime::server::OperationsServer;
 use sqlx::PgPool;
@@ -13,13 +12,9 @@ use super::database_error;
 use crate::config::ServeArgs;
 use crate::db;
 use crate::db::connections::ReadConnections;
-use crate::db::lookups::Lookups;
 use crate::db::notifications::ListenerHealth;
-use crate::db::workspace_sizes::WorkspaceSizes;
 use crate::error::CommandError;
 use crate::http::{AppState, Application};
-use crate::keys::Authenticator;
-use crate::listing::cursor::CursorSigner;
 use crate::operations;
 
 pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
@@ -57,20 +52,8 @@ pub struct Bound {
 
 /// Builds the application state and binds the public and the operations addresses.
 pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError> {
-    let url = &args.database.database_url;
-    let reads = db::read_connections(url, &args.pool.settings()).map_err(|source| database_error(url, source))?;
-    let state = AppState {
-        reads: reads.clone(),
-        authenticator: Arc::new(Authenticator::new(pool.clone(), args.secrets.pepper()?, args.environment)),
-        cursors: CursorSigner::new(args.secrets.cursor_secret()?, Duration::from_secs(args.cursor_lifetime_secs)),
-        pool: pool.clone(),
-        rate_limits: args.rate_limits.limits(),
-        first_pages: Arc::default(),
-        change_listener: Arc::default(),
-        workspace_sizes: WorkspaceSizes::new(args.walk_settings()),
-        contacts: Lookups::new(pool.clone()),
-        items: Lookups::new(pool.clone()),
-    };
+    let state = AppState::new(pool.clone(), args.app_settings()?);
+    let reads = state.reads.clone();
     let change_listener = state.change_listener.clone();
     let application = Application::build(args.listen, state)
         .await

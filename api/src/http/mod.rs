@@ -11,6 +11,7 @@ pub mod openapi;
 pub mod payload;
 pub mod request_id;
 pub mod server;
+mod state;
 pub mod strict_query;
 
 use std::future::Future;
@@ -24,42 +25,13 @@ use poem::endpoint::{make, make_sync};
 use poem::web::Html;
 use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::registry::MetaSchema;
-use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::db::connections::ReadConnections;
-use crate::db::contacts::Contacts;
-use crate::db::first_pages::FirstPages;
-use crate::db::items::Items;
-use crate::db::lookups::Lookups;
-use crate::db::notifications::{self, Invalidated, ListenerHealth};
-use crate::db::workspace_sizes::WorkspaceSizes;
+use crate::db::notifications::{self, Invalidated};
 use crate::error::ApiError;
-use crate::keys::Authenticator;
-use crate::listing::cursor::CursorSigner;
 use crate::listing::params::query_param_type;
-use crate::rate_limit::RateLimits;
 pub use server::ServerLimits;
-
-/// What every request needs, built once.
-pub struct AppState {
-    /// Key checks, retrieves and readiness.
-    pub pool: PgPool,
-    /// Listings and searches (see [`crate::db::connections`]).
-    pub reads: ReadConnections,
-    pub authenticator: Arc<Authenticator>,
-    pub cursors: CursorSigner,
-    pub rate_limits: RateLimits,
-    /// Unchanged first pages, evicted by the read model's change notifications.
-    pub first_pages: Arc<FirstPages>,
-    /// Which workspaces a search walks (see [`crate::db::workspace_sizes`]).
-    pub workspace_sizes: WorkspaceSizes,
-    /// Whether the change listener that keeps both caches fresh is up.
-    pub change_listener: Arc<ListenerHealth>,
-    /// Retrieves by id, answered in batches.
-    pub contacts: Arc<Lookups<Contacts>>,
-    pub items: Arc<Lookups<Items>>,
-}
+pub use state::{AppSettings, AppState};
 
 /// A record id as it arrives in a path, checked by [`RecordId::parse`].
 ///

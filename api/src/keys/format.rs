@@ -138,8 +138,8 @@ impl IssuedKey {
     }
 }
 
-/// The server-side secret under which key secrets are hashed.
-#[derive(Clone)]
+/// The server-side secret under which key secrets are hashed (its `Debug` shows no byte).
+#[derive(Clone, Debug)]
 pub struct Pepper(SecretString);
 
 impl Pepper {

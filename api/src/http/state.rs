@@ -1,0 +1,81 @@
+//! What every request needs, built once, by one constructor: `serve` and the tests'
+//! harness both go through [`AppState::new`], so no test can pass on a state the
+//! service never builds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use sqlx::PgPool;
+
+use crate::db::connections::ReadConnections;
+use crate::db::contacts::Contacts;
+use crate::db::first_pages::FirstPages;
+use crate::db::items::Items;
+use crate::db::lookups::Lookups;
+use crate::db::notifications::ListenerHealth;
+use crate::db::workspace_sizes::{WalkSettings, WorkspaceSizes};
+use crate::db::PoolSettings;
+use crate::keys::{Authenticator, Environment, Pepper};
+use crate::listing::cursor::CursorSigner;
+use crate::rate_limit::{Policy, RateLimits};
+
+/// Everything a request needs.
+pub struct AppState {
+    /// Key checks, retrieves and readiness.
+    pub pool: PgPool,
+    /// Listings and searches (see [`crate::db::connections`]).
+    pub reads: ReadConnections,
+    pub authenticator: Arc<Authenticator>,
+    pub cursors: CursorSigner,
+    pub rate_limits: RateLimits,
+    /// Unchanged first pages, evicted by the read model's change notifications.
+    pub first_pages: Arc<FirstPages>,
+    /// Which workspaces a search walks (see [`crate::db::workspace_sizes`]).
+    pub workspace_sizes: WorkspaceSizes,
+    /// Whether the change listener that keeps both caches fresh is up.
+    pub change_listener: Arc<ListenerHealth>,
+    /// Retrieves by id, answered in batches.
+    pub contacts: Arc<Lookups<Contacts>>,
+    pub items: Arc<Lookups<Items>>,
+}
+
+/// The settings a state is built from (`serve` reads them from its command line).
+#[derive(Debug)]
+pub struct AppSettings {
+    /// The listing connections' size, timeouts and per-workspace share.
+    pub reads: PoolSettings,
+    /// The pepper key secrets are hashed under.
+    pub pepper: Pepper,
+    /// Which keys this deployment serves.
+    pub environment: Environment,
+    /// What signs cursors, and how long they stay valid.
+    pub cursor_secret: SecretString,
+    pub cursor_lifetime: Duration,
+    /// Each key's bucket.
+    pub per_key: Policy,
+    /// Each client address's bucket of failed key lookups.
+    pub lookups_per_address: Policy,
+    /// When searches walk a workspace.
+    pub walks: WalkSettings,
+}
+
+impl AppState {
+    /// The state of an API on `pool`: nothing is connected yet (the pool and the
+    /// listing connections connect on first use, so the API starts while PostgreSQL is
+    /// down). The listing connections go to `pool`'s server, as its options say.
+    pub fn new(pool: PgPool, settings: AppSettings) -> Self {
+        Self {
+            reads: ReadConnections::new((*pool.connect_options()).clone(), &settings.reads),
+            authenticator: Arc::new(Authenticator::new(pool.clone(), settings.pepper, settings.environment)),
+            cursors: CursorSigner::new(settings.cursor_secret, settings.cursor_lifetime),
+            rate_limits: RateLimits::new(settings.per_key, settings.lookups_per_address),
+            first_pages: Arc::default(),
+            workspace_sizes: WorkspaceSizes::new(settings.walks),
+            change_listener: Arc::default(),
+            contacts: Lookups::new(pool.clone()),
+            items: Lookups::new(pool.clone()),
+            pool,
+        }
+    }
+}
