@@ -219,11 +219,21 @@ async fn first_page<R: Resource>(
 error_responses! {
     /// The errors a listing operation documents.
     ListError {
+        /// A query parameter, the cursor or the request is invalid; `details` names each problem.
         BadRequest = 400,
+        /// The API key is missing, malformed, unknown or revoked.
         Unauthorized = 401,
+        /// The key lacks the scope this operation needs.
         Forbidden = 403,
+        /// The request target is too long for the HTTP parser (over 65,534 bytes).
+        TargetTooLong = 414,
+        /// The key's rate limit, or the workspace's share of the database, is spent for now.
         TooManyRequests = 429,
+        /// The request line and headers take more than 16 KiB, or there are more than 64 headers.
+        HeadTooLarge = 431,
+        /// An unexpected failure, logged under the request id.
         InternalError = 500,
+        /// The read model cannot answer in time; retry after `Retry-After`.
         ServiceUnavailable = 503,
     }
 }
@@ -231,12 +241,23 @@ error_responses! {
 error_responses! {
     /// The errors a retrieve operation documents.
     GetError {
+        /// A query parameter, the cursor or the request is invalid; `details` names each problem.
         BadRequest = 400,
+        /// The API key is missing, malformed, unknown or revoked.
         Unauthorized = 401,
+        /// The key lacks the scope this operation needs.
         Forbidden = 403,
+        /// No active record of the key's workspace has this id.
         NotFound = 404,
+        /// The request target is too long for the HTTP parser (over 65,534 bytes).
+        TargetTooLong = 414,
+        /// The key's rate limit, or the workspace's share of the database, is spent for now.
         TooManyRequests = 429,
+        /// The request line and headers take more than 16 KiB, or there are more than 64 headers.
+        HeadTooLarge = 431,
+        /// An unexpected failure, logged under the request id.
         InternalError = 500,
+        /// The read model cannot answer in time; retry after `Retry-After`.
         ServiceUnavailable = 503,
     }
 }

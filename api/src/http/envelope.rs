@@ -65,11 +65,12 @@ impl ErrorResponse {
 /// Declares an operation's error responses: an `ApiResponse` enum listing exactly the
 /// statuses the operation documents, each with the error shape.
 macro_rules! error_responses {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident = $status:literal),+ $(,)? }) => {
+    ($(#[$meta:meta])* $name:ident { $($(#[$variant_meta:meta])* $variant:ident = $status:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, poem_openapi::ApiResponse)]
         pub enum $name {
             $(
+                $(#[$variant_meta])*
                 #[oai(status = $status)]
                 $variant(poem_openapi::payload::Json<$crate::http::envelope::ErrorResponse>),
             )+

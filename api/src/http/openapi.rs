@@ -201,8 +201,9 @@ fn add_response_headers(status: &str, response: &mut Value) {
         json!({ "description": "The request id, also in the body.", "required": true, "schema": { "$ref": "#/components/schemas/RequestId" } }),
     );
     // Every response after the key is verified states the key's standing (a 500 or 503
-    // may come before or after it); a 401 cannot.
-    if status != "401" {
+    // may come before or after it); a 401 cannot, nor a 414 or 431, refused before the
+    // key is read.
+    if !matches!(status, "401" | "414" | "431") {
         headers.insert(
             "RateLimit-Policy".to_owned(),
             json!({

@@ -450,9 +450,9 @@ fn list_contacts_documents_exactly_its_statuses_each_error_with_the_error_schema
     let document = document();
     let operation = list_contacts(&document);
 
-    assert_eq!(statuses(operation), ["200", "400", "401", "403", "429", "500", "503"]);
+    assert_eq!(statuses(operation), ["200", "400", "401", "403", "414", "429", "431", "500", "503"]);
     assert_eq!(operation["responses"]["200"]["content"].as_object().map(|c| c.len()), Some(1));
-    for status in ["400", "401", "403", "429", "500", "503"] {
+    for status in ["400", "401", "403", "414", "429", "431", "500", "503"] {
         let body = operation["responses"][status]["content"].as_object().expect("content");
         for (_, media) in body {
             assert_eq!(media["schema"]["$ref"], "#/components/schemas/ErrorResponse", "listContacts {status}");
@@ -465,8 +465,8 @@ fn get_contact_documents_exactly_its_statuses_each_error_with_the_error_schema()
     let document = document();
     let operation = get_contact(&document);
 
-    assert_eq!(statuses(operation), ["200", "400", "401", "403", "404", "429", "500", "503"]);
-    for status in ["400", "401", "403", "404", "429", "500", "503"] {
+    assert_eq!(statuses(operation), ["200", "400", "401", "403", "404", "414", "429", "431", "500", "503"]);
+    for status in ["400", "401", "403", "404", "414", "429", "431", "500", "503"] {
         let body = operation["responses"][status]["content"].as_object().expect("content");
         for (_, media) in body {
             assert_eq!(media["schema"]["$ref"], "#/components/schemas/ErrorResponse", "getContact {status}");
