@@ -42,6 +42,45 @@ pub struct Contact {
     pub created_at: Timestamp,
 }
 
+/// The full state of a contact, as a contact event that carries state holds it in
+/// `data`: the upstream contract, and what the read model stores.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContactData {
+    #[serde(deserialize_with = "crate::events::non_empty")]
+    pub name: String,
+    #[serde(deserialize_with = "crate::events::nullable_email")]
+    pub email: Option<String>,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub phone: Option<String>,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub address: Option<String>,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub tin: Option<String>,
+    pub is_customer: bool,
+    pub is_supplier: bool,
+    #[serde(deserialize_with = "crate::events::instant")]
+    pub created_at: Timestamp,
+}
+
+impl ContactData {
+    /// A contact named `name`, created at `created_at`, neither customer nor supplier, every
+    /// optional field empty: fixtures and tests set what they need on top, so a new
+    /// optional field needs no change there.
+    pub fn new(name: impl Into<String>, created_at: Timestamp) -> Self {
+        Self {
+            name: name.into(),
+            email: None,
+            phone: None,
+            address: None,
+            tin: None,
+            is_customer: false,
+            is_supplier: false,
+            created_at,
+        }
+    }
+}
+
 /// A [`Contact`] that borrows its text, e.g. from the database row it was read from, so
 /// that a page of them is written without a copy of any field. It writes exactly the
 /// JSON of [`Contact`], the documented type (tested below).

@@ -9,7 +9,6 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::money::Money;
 use crate::Timestamp;
 
 /// Which kind of record an event is about; also the subject's entity segment.
@@ -94,26 +93,6 @@ impl fmt::Display for EventType {
     }
 }
 
-/// The full state of a contact (`data` of a contact event that carries state).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContactData {
-    #[serde(deserialize_with = "non_empty")]
-    pub name: String,
-    #[serde(deserialize_with = "nullable_email")]
-    pub email: Option<String>,
-    #[serde(deserialize_with = "nullable")]
-    pub phone: Option<String>,
-    #[serde(deserialize_with = "nullable")]
-    pub address: Option<String>,
-    #[serde(deserialize_with = "nullable")]
-    pub tin: Option<String>,
-    pub is_customer: bool,
-    pub is_supplier: bool,
-    #[serde(deserialize_with = "instant")]
-    pub created_at: Timestamp,
-}
-
 /// `product` or `service`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -142,27 +121,8 @@ impl ItemType {
     }
 }
 
-/// The full state of an item (`data` of an item event that carries state).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ItemData {
-    #[serde(deserialize_with = "non_empty")]
-    pub name: String,
-    #[serde(deserialize_with = "nullable")]
-    pub sku: Option<String>,
-    #[serde(deserialize_with = "nullable")]
-    pub description: Option<String>,
-    #[serde(rename = "type")]
-    pub kind: ItemType,
-    #[serde(deserialize_with = "nullable")]
-    pub unit: Option<String>,
-    #[serde(deserialize_with = "nullable")]
-    pub sale_price: Option<Money>,
-    #[serde(deserialize_with = "nullable")]
-    pub purchase_price: Option<Money>,
-    #[serde(deserialize_with = "instant")]
-    pub created_at: Timestamp,
-}
+pub use crate::contact::ContactData;
+pub use crate::item::ItemData;
 
 /// The record state an event carries.
 #[derive(Clone, Debug, PartialEq)]
@@ -288,11 +248,11 @@ fn decode_state(entity: EntityKind, data: serde_json::Value) -> Result<RecordSta
 }
 
 /// A required field that may be null (serde would otherwise accept it missing).
-fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
+pub(crate) fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
     Option::<T>::deserialize(deserializer)
 }
 
-fn non_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+pub(crate) fn non_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
     if text.is_empty() {
         return Err(de::Error::custom("must be at least one character"));
@@ -300,7 +260,7 @@ fn non_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Er
     Ok(text)
 }
 
-fn nullable_email<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+pub(crate) fn nullable_email<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
     let email = Option::<String>::deserialize(deserializer)?;
     match email {
         Some(text) if !is_email(&text) => Err(de::Error::custom(format!("{text:?} is not an email address"))),
@@ -324,7 +284,7 @@ fn uuid_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Uuid, D::Erro
     Uuid::try_parse(&text).map_err(|_| de::Error::custom(format!("{text:?} is not a hyphenated UUID")))
 }
 
-fn instant<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+pub(crate) fn instant<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
     let text = String::deserialize(deserializer)?;
     if !has_rfc3339_shape(&text) {
         return Err(de::Error::custom(format!("{text:?} is not an RFC 3339 date-time with a time zone")));

@@ -47,6 +47,46 @@ pub struct Item {
     pub created_at: Timestamp,
 }
 
+/// The full state of an item, as an item event that carries state holds it in `data`:
+/// the upstream contract, and what the read model stores.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemData {
+    #[serde(deserialize_with = "crate::events::non_empty")]
+    pub name: String,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub sku: Option<String>,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub description: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: ItemType,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub unit: Option<String>,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub sale_price: Option<Money>,
+    #[serde(deserialize_with = "crate::events::nullable")]
+    pub purchase_price: Option<Money>,
+    #[serde(deserialize_with = "crate::events::instant")]
+    pub created_at: Timestamp,
+}
+
+impl ItemData {
+    /// An item named `name` of `kind`, created at `created_at`, every optional field
+    /// empty: fixtures and tests set what they need on top.
+    pub fn new(name: impl Into<String>, kind: ItemType, created_at: Timestamp) -> Self {
+        Self {
+            name: name.into(),
+            sku: None,
+            description: None,
+            kind,
+            unit: None,
+            sale_price: None,
+            purchase_price: None,
+            created_at,
+        }
+    }
+}
+
 /// An [`Item`] that borrows its text, e.g. from the database row it was read from. It
 /// writes exactly the JSON of [`Item`], the documented type (tested below).
 #[derive(Clone, Copy, Debug, PartialEq)]
