@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use lectern_read_model::{contacts, items, Commit, Key, Status};
 use lectern_schema::events::{ChangeEvent, ChangeKind, EntityKind, RecordState};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -177,52 +177,22 @@ fn newest_by_record<'e>(events: impl Iterator<Item = &'e ChangeEvent>) -> (Vec<&
     newest.into_values().partition(|event| event.event_type.entity == EntityKind::Contact)
 }
 
-/// How an upsert's writes are committed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Commit {
-    /// By the transaction the statement runs in.
-    WithTheTransaction,
-    /// The statement is its own transaction, committed without waiting for its flush.
-    OnItsOwnBeforeFlush,
-}
-
-impl Commit {
-    /// What goes before `insert`. `set local` has no effect outside a transaction
-    /// block, but `set_config(…, true)` lasts until the end of the statement's own
-    /// transaction, whose commit is the one that reads it; the session keeps the
-    /// server's setting.
-    fn preamble(self) -> &'static str {
-        match self {
-            Self::WithTheTransaction => "",
-            Self::OnItsOwnBeforeFlush => {
-                "with commit_before_flush as (select set_config('synchronous_commit', 'off', true)) "
-            }
-        }
-    }
-
-    /// What the upsert's rows are selected from besides its arrays: the setting's row,
-    /// so that it is evaluated.
-    fn source(self) -> &'static str {
-        match self {
-            Self::WithTheTransaction => "",
-            Self::OnItsOwnBeforeFlush => "commit_before_flush, ",
-        }
-    }
-}
-
-fn status(change: ChangeKind) -> &'static str {
+/// Whether a stored record is served, after `change`.
+fn status(change: ChangeKind) -> Status {
     match change {
-        ChangeKind::Created | ChangeKind::Updated | ChangeKind::Restored => "active",
-        ChangeKind::Archived => "archived",
-        ChangeKind::Deleted => "deleted",
+        ChangeKind::Created | ChangeKind::Updated | ChangeKind::Restored => Status::Active,
+        ChangeKind::Archived => Status::Archived,
+        ChangeKind::Deleted => Status::Deleted,
     }
 }
 
-/// Every column takes the winning event's value. Archived and deleted events carry no
-/// data, so their tombstones hold none: the row is then a function of the highest
-/// version alone, whatever order the events arrived in.
-fn take_excluded(column: &str) -> String {
-    format!("{column} = excluded.{column}")
+fn key(event: &ChangeEvent) -> Key {
+    Key {
+        workspace_id: event.workspace_id,
+        id: event.entity_id,
+        version: event.version,
+        status: status(event.event_type.change),
+    }
 }
 
 async fn upsert_contacts(
@@ -230,71 +200,15 @@ async fn upsert_contacts(
     events: &[&ChangeEvent],
     commit: Commit,
 ) -> Result<(), sqlx::Error> {
-    let mut columns = ContactColumns::default();
+    let mut batch = contacts::Batch::default();
     for event in events {
         let data = match &event.state {
             Some(RecordState::Contact(data)) => Some(data),
             _ => None,
         };
-        columns.workspace_id.push(event.workspace_id);
-        columns.id.push(event.entity_id);
-        columns.version.push(event.version);
-        columns.status.push(status(event.event_type.change));
-        columns.name.push(data.map(|d| d.name.clone()));
-        columns.email.push(data.and_then(|d| d.email.clone()));
-        columns.phone.push(data.and_then(|d| d.phone.clone()));
-        columns.address.push(data.and_then(|d| d.address.clone()));
-        columns.tin.push(data.and_then(|d| d.tin.clone()));
-        columns.is_customer.push(data.map(|d| d.is_customer));
-        columns.is_supplier.push(data.map(|d| d.is_supplier));
-        columns.created_at.push(data.map(|d| d.created_at.as_datetime()));
+        batch.push(key(event), data);
     }
-    let sql = format!(
-        "{}insert into contacts as c (workspace_id, id, version, status, name, email, phone, address, tin,
-                                    is_customer, is_supplier, created_at)
-         select u.* from {}unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[],
-                              $8::text[], $9::text[], $10::bool[], $11::bool[], $12::timestamptz[]) as u
-         on conflict (workspace_id, id) do update set
-             version = excluded.version, status = excluded.status, {}
-         where c.version < excluded.version",
-        commit.preamble(),
-        commit.source(),
-        ["name", "email", "phone", "address", "tin", "is_customer", "is_supplier", "created_at"]
-            .map(take_excluded)
-            .join(", ")
-    );
-    sqlx::query(&sql)
-        .bind(&columns.workspace_id)
-        .bind(&columns.id)
-        .bind(&columns.version)
-        .bind(&columns.status)
-        .bind(&columns.name)
-        .bind(&columns.email)
-        .bind(&columns.phone)
-        .bind(&columns.address)
-        .bind(&columns.tin)
-        .bind(&columns.is_customer)
-        .bind(&columns.is_supplier)
-        .bind(&columns.created_at)
-        .execute(connection)
-        .await?;
-    Ok(())
-}
-
-#[derive(Default)]
-struct ContactColumns {
-    workspace_id: Vec<Uuid>,
-    id: Vec<Uuid>,
-    version: Vec<i64>,
-    status: Vec<&'static str>,
-    name: Vec<Option<String>>,
-    email: Vec<Option<String>>,
-    phone: Vec<Option<String>>,
-    address: Vec<Option<String>>,
-    tin: Vec<Option<String>>,
-    is_customer: Vec<Option<bool>>,
-    is_supplier: Vec<Option<bool>>,
-    created_at: Vec<Option<DateTime<Utc>>>,
+    batch.write(connection, commit).await
 }
 
 async fn upsert_items(
@@ -302,93 +216,13 @@ async fn upsert_items(
     events: &[&ChangeEvent],
     commit: Commit,
 ) -> Result<(), sqlx::Error> {
-    let mut columns = ItemColumns::default();
+    let mut batch = items::Batch::default();
     for event in events {
         let data = match &event.state {
             Some(RecordState::Item(data)) => Some(data),
             _ => None,
         };
-        let sale = data.and_then(|d| d.sale_price.as_ref());
-        let purchase = data.and_then(|d| d.purchase_price.as_ref());
-        columns.workspace_id.push(event.workspace_id);
-        columns.id.push(event.entity_id);
-        columns.version.push(event.version);
-        columns.status.push(status(event.event_type.change));
-        columns.name.push(data.map(|d| d.name.clone()));
-        columns.sku.push(data.and_then(|d| d.sku.clone()));
-        columns.description.push(data.and_then(|d| d.description.clone()));
-        columns.kind.push(data.map(|d| d.kind.as_str()));
-        columns.unit.push(data.and_then(|d| d.unit.clone()));
-        columns.sale_amount.push(sale.map(|m| m.amount.as_str().to_owned()));
-        columns.sale_currency.push(sale.map(|m| m.currency.as_str().to_owned()));
-        columns.purchase_amount.push(purchase.map(|m| m.amount.as_str().to_owned()));
-        columns.purchase_currency.push(purchase.map(|m| m.currency.as_str().to_owned()));
-        columns.created_at.push(data.map(|d| d.created_at.as_datetime()));
+        batch.push(key(event), data);
     }
-    let sql = format!(
-        "{}insert into items as c (workspace_id, id, version, status, name, sku, description, type, unit,
-                                 sale_price_amount, sale_price_currency, purchase_price_amount,
-                                 purchase_price_currency, created_at)
-         select workspace_id, id, version, status, name, sku, description, type, unit,
-                sale_amount::numeric, sale_currency, purchase_amount::numeric, purchase_currency, created_at
-         from {}unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[],
-                     $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[])
-              as u(workspace_id, id, version, status, name, sku, description, type, unit,
-                   sale_amount, sale_currency, purchase_amount, purchase_currency, created_at)
-         on conflict (workspace_id, id) do update set
-             version = excluded.version, status = excluded.status, {}
-         where c.version < excluded.version",
-        commit.preamble(),
-        commit.source(),
-        [
-            "name",
-            "sku",
-            "description",
-            "type",
-            "unit",
-            "sale_price_amount",
-            "sale_price_currency",
-            "purchase_price_amount",
-            "purchase_price_currency",
-            "created_at",
-        ]
-        .map(take_excluded)
-        .join(", ")
-    );
-    sqlx::query(&sql)
-        .bind(&columns.workspace_id)
-        .bind(&columns.id)
-        .bind(&columns.version)
-        .bind(&columns.status)
-        .bind(&columns.name)
-        .bind(&columns.sku)
-        .bind(&columns.description)
-        .bind(&columns.kind)
-        .bind(&columns.unit)
-        .bind(&columns.sale_amount)
-        .bind(&columns.sale_currency)
-        .bind(&columns.purchase_amount)
-        .bind(&columns.purchase_currency)
-        .bind(&columns.created_at)
-        .execute(connection)
-        .await?;
-    Ok(())
-}
-
-#[derive(Default)]
-struct ItemColumns {
-    workspace_id: Vec<Uuid>,
-    id: Vec<Uuid>,
-    version: Vec<i64>,
-    status: Vec<&'static str>,
-    name: Vec<Option<String>>,
-    sku: Vec<Option<String>>,
-    description: Vec<Option<String>>,
-    kind: Vec<Option<&'static str>>,
-    unit: Vec<Option<String>>,
-    sale_amount: Vec<Option<String>>,
-    sale_currency: Vec<Option<String>>,
-    purchase_amount: Vec<Option<String>>,
-    purchase_currency: Vec<Option<String>>,
-    created_at: Vec<Option<DateTime<Utc>>>,
+    batch.write(connection, commit).await
 }

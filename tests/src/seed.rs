@@ -1,8 +1,12 @@
-//! Records and keys, written as the projector and `keys create` write them.
+//! Records and keys, written as the projector (its batches) and `keys create` write them.
+
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use lectern_api::keys::store::{self, NewKey};
 use lectern_api::keys::{Environment, IssuedKey, Pepper, Scope};
+use lectern_read_model::{contacts, Commit, Key, Status};
+use lectern_schema::contact::ContactData;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -98,33 +102,41 @@ impl ContactSeed {
         self
     }
 
+    /// Writes the row through the projector's own batch, as a newer version of it when
+    /// the id exists.
     pub async fn insert(&self, pool: &PgPool, workspace_id: Uuid) -> Uuid {
-        sqlx::query(
-            "insert into contacts (workspace_id, id, version, status, name, email, phone, address, tin,
-                                   is_customer, is_supplier, created_at)
-             values ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-             on conflict (workspace_id, id) do update set
-               version = contacts.version + 1, status = excluded.status, name = excluded.name,
-               email = excluded.email, phone = excluded.phone, address = excluded.address,
-               tin = excluded.tin, is_customer = excluded.is_customer,
-               is_supplier = excluded.is_supplier, created_at = excluded.created_at",
-        )
-        .bind(workspace_id)
-        .bind(self.id)
-        .bind(self.status)
-        .bind(&self.name)
-        .bind(&self.email)
-        .bind(&self.phone)
-        .bind(&self.address)
-        .bind(&self.tin)
-        .bind(self.is_customer)
-        .bind(self.is_supplier)
-        .bind(self.created_at)
-        .execute(pool)
-        .await
-        .expect("insert contact");
+        let mut data = ContactData::new(self.name.clone(), self.created_at.into());
+        data.email.clone_from(&self.email);
+        data.phone.clone_from(&self.phone);
+        data.address.clone_from(&self.address);
+        data.tin.clone_from(&self.tin);
+        data.is_customer = self.is_customer;
+        data.is_supplier = self.is_supplier;
+        let mut batch = contacts::Batch::default();
+        batch.push(seed_key(workspace_id, self.id, self.status), Some(&data));
+        let mut connection = pool.acquire().await.expect("a connection to seed with");
+        batch.write(&mut connection, Commit::WithTheTransaction).await.expect("insert contact");
         self.id
     }
+}
+
+/// The key of a seeded row: a version above every earlier seed's, since the batch keeps
+/// the highest version (also across test processes: it starts from the clock), and
+/// `status` as tests name it. A seeded archived or deleted row keeps its data, unlike
+/// the projector's tombstones, so that a test proves the status alone hides it.
+pub fn seed_key(workspace_id: Uuid, id: Uuid, status: &str) -> Key {
+    static LAST_VERSION: AtomicI64 = AtomicI64::new(0);
+    let now = Utc::now().timestamp_micros();
+    let previous = LAST_VERSION
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| Some(now.max(last + 1)))
+        .unwrap_or_default();
+    let status = match status {
+        "active" => Status::Active,
+        "archived" => Status::Archived,
+        "deleted" => Status::Deleted,
+        other => panic!("no record status {other:?}"),
+    };
+    Key { workspace_id, id, version: now.max(previous + 1), status }
 }
 
 /// 2025-02-03T08:00:00Z: the base of seeded creation times.

@@ -1,13 +1,13 @@
-//! The `contacts` table as the API reads it.
+//! The `contacts` table as the API lists it; its columns and decoder are
+//! [`lectern_read_model::contacts`]'s.
 
 use std::str::Utf8Error;
 
+use lectern_read_model::contacts;
 use lectern_schema::ContactRef;
 use sqlx::postgres::PgRow;
-use sqlx::Row;
 
 use super::listing::Resource;
-use super::values::{instant, optional_text, text};
 use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
 
 query_enum! {
@@ -29,33 +29,17 @@ impl KindFilter for ContactType {
     }
 }
 
-/// Read by position in [`Contacts::record`]: keep the two in the same order.
-const COLUMNS: &str = "id, name, email, phone, address, tin, is_customer, is_supplier, created_at";
-
 pub struct Contacts;
 
 impl Resource for Contacts {
-    const NAME: &'static str = "contacts";
-    const COLUMNS: &'static str = COLUMNS;
-    const SEARCH_FIELDS: &'static [&'static str] = &["name", "email", "phone", "tin"];
+    const NAME: &'static str = contacts::TABLE;
+    const COLUMNS: &'static str = contacts::SELECT_LIST;
+    const SEARCH_FIELDS: &'static [&'static str] = contacts::SEARCH_FIELDS;
     type Kind = ContactType;
     type Record<'r> = ContactRef<'r>;
 
     fn record(row: &PgRow) -> Result<ContactRef<'_>, sqlx::Error> {
-        // By position and without sqlx's type check: the statement is this module's
-        // own, and every column passes through the API's tests. Looking each column up
-        // by name and checking its type was a tenth of a page's CPU.
-        Ok(ContactRef {
-            id: row.try_get_unchecked(0)?,
-            name: text(row, 1)?,
-            email: optional_text(row, 2)?,
-            phone: optional_text(row, 3)?,
-            address: optional_text(row, 4)?,
-            tin: optional_text(row, 5)?,
-            is_customer: row.try_get_unchecked(6)?,
-            is_supplier: row.try_get_unchecked(7)?,
-            created_at: instant(row, 8)?,
-        })
+        contacts::decode(row)
     }
 }
 

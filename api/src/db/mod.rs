@@ -9,7 +9,6 @@ pub mod items;
 pub mod listing;
 pub mod lookups;
 pub mod notifications;
-pub mod values;
 pub mod workspace_shares;
 pub mod workspace_sizes;
 

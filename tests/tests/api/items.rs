@@ -7,9 +7,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lectern_api::keys::Scope;
+use lectern_read_model::{items, Commit};
+use lectern_schema::events::ItemType;
+use lectern_schema::item::ItemData;
+use lectern_schema::money::{Amount, Currency, Money};
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{eventually, item_created, item_data, publish, RunningProjector};
-use lectern_tests::seed::base_time;
+use lectern_tests::seed::{base_time, seed_key};
 use lectern_tests::{Reply, TestApp, TestDatabase};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -19,7 +23,7 @@ use uuid::Uuid;
 const CATCH_UP: Duration = Duration::from_secs(15);
 
 /// An item row; `ItemSeed::named("x")` gives a complete active product without
-/// optional fields, written the way the projector writes it.
+/// optional fields, written through the projector's own batch.
 #[derive(Clone, Debug)]
 pub struct ItemSeed {
     pub id: Uuid,
@@ -94,40 +98,26 @@ impl ItemSeed {
         self
     }
 
-    /// Inserts the row, or overwrites it (bumping its version) when the id exists.
+    /// Writes the row through the projector's own batch, as a newer version of it when
+    /// the id exists.
     pub async fn insert(&self, pool: &PgPool, workspace_id: Uuid) -> Uuid {
-        let (sale_amount, sale_currency) = self.sale_price.clone().unzip();
-        let (purchase_amount, purchase_currency) = self.purchase_price.clone().unzip();
-        sqlx::query(
-            "insert into items (workspace_id, id, version, status, name, sku, description, type, unit,
-                                sale_price_amount, sale_price_currency,
-                                purchase_price_amount, purchase_price_currency, created_at)
-             values ($1, $2, 1, $3, $4, $5, $6, $7, $8, $9::numeric, $10, $11::numeric, $12, $13)
-             on conflict (workspace_id, id) do update set
-               version = items.version + 1, status = excluded.status, name = excluded.name,
-               sku = excluded.sku, description = excluded.description, type = excluded.type,
-               unit = excluded.unit, sale_price_amount = excluded.sale_price_amount,
-               sale_price_currency = excluded.sale_price_currency,
-               purchase_price_amount = excluded.purchase_price_amount,
-               purchase_price_currency = excluded.purchase_price_currency,
-               created_at = excluded.created_at",
-        )
-        .bind(workspace_id)
-        .bind(self.id)
-        .bind(self.status)
-        .bind(&self.name)
-        .bind(&self.sku)
-        .bind(&self.description)
-        .bind(self.kind)
-        .bind(&self.unit)
-        .bind(sale_amount)
-        .bind(sale_currency)
-        .bind(purchase_amount)
-        .bind(purchase_currency)
-        .bind(self.created_at)
-        .execute(pool)
-        .await
-        .expect("insert item");
+        let kind = ItemType::parse(self.kind).unwrap_or_else(|| panic!("no item type {:?}", self.kind));
+        let money = |price: &Option<(String, String)>| {
+            price.as_ref().map(|(amount, currency)| Money {
+                amount: Amount::parse(amount).expect("a seeded amount"),
+                currency: Currency::parse(currency).expect("a seeded currency"),
+            })
+        };
+        let mut data = ItemData::new(self.name.clone(), kind, self.created_at.into());
+        data.sku.clone_from(&self.sku);
+        data.description.clone_from(&self.description);
+        data.unit.clone_from(&self.unit);
+        data.sale_price = money(&self.sale_price);
+        data.purchase_price = money(&self.purchase_price);
+        let mut batch = items::Batch::default();
+        batch.push(seed_key(workspace_id, self.id, self.status), Some(&data));
+        let mut connection = pool.acquire().await.expect("a connection to seed with");
+        batch.write(&mut connection, Commit::WithTheTransaction).await.expect("insert item");
         self.id
     }
 }

@@ -9,6 +9,7 @@
 
 mod auth;
 mod cli;
+mod columns;
 mod connections;
 mod contract;
 mod first_pages;

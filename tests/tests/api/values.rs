@@ -1,9 +1,9 @@
-//! `db::values::instant` reads a `timestamptz` from its binary form instead of through
+//! `lectern_read_model::values::instant` reads a `timestamptz` from its binary form instead of through
 //! sqlx's `DateTime<Utc>` decoder: it must agree with that decoder on every instant a
 //! record can carry, and fail, not panic, on what chrono cannot hold.
 
 use chrono::{DateTime, Utc};
-use lectern_api::db::values::instant;
+use lectern_read_model::values::instant;
 use lectern_tests::database::admin_url;
 use sqlx::{Connection, PgConnection, Row};
 
