@@ -267,12 +267,14 @@ async fn cancel_on_signal(token: CancellationToken) {
 }
 
 async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
-    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
+    let url = &args.nats.nats_url;
+    let client = async_nats::connect(url).await.map_err(ProjectorError::nats_connect(url))?;
     let jetstream = jetstream::new(client);
     let mut stream = ensure_stream(&jetstream).await?;
     let mut consumer = ensure_consumer(&stream).await?;
-    let last_sequence = stream.info().await.map_err(ProjectorError::nats)?.state.last_sequence;
-    let info = consumer.info().await.map_err(ProjectorError::nats)?.clone();
+    let last_sequence =
+        stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
+    let info = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
     let stuck = stuck::reported(&jetstream).await?;
     let dead = dead_letters::count(&connect(&args.database).await?).await?;
     let status = serde_json::json!({
@@ -336,7 +338,8 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
+    let url = &args.nats.nats_url;
+    let client = async_nats::connect(url).await.map_err(ProjectorError::nats_connect(url))?;
     let jetstream = jetstream::new(client);
     ensure_stream(&jetstream).await?;
     let mut published = 0;
@@ -347,9 +350,9 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
         jetstream
             .publish_with_headers(event.expected_subject(), headers, text.into_bytes().into())
             .await
-            .map_err(ProjectorError::nats)?
+            .map_err(ProjectorError::nats("publishing an event"))?
             .await
-            .map_err(ProjectorError::nats)?;
+            .map_err(ProjectorError::nats("awaiting an event's acknowledgement"))?;
         published += 1;
     }
     write_stdout(&format!("published {published} event(s)\n"))
