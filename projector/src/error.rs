@@ -39,9 +39,20 @@ pub enum ProjectorError {
     /// `healthcheck` found the projector unhealthy or unreachable.
     #[error("unhealthy: {0}")]
     Unhealthy(#[source] lectern_runtime::probe::ProbeError),
+    /// An input file, or standard input, could not be read.
+    #[error("reading {input}: {source}")]
+    Input {
+        /// The file's path, or "standard input".
+        input: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing the command's output failed.
     #[error("writing output: {0}")]
-    Output(#[from] std::io::Error),
+    Output(#[source] std::io::Error),
+    /// A value could not be written as JSON.
+    #[error("encoding JSON: {0}")]
+    Encoding(#[source] serde_json::Error),
 }
 
 impl ProjectorError {

@@ -195,7 +195,7 @@ impl Batches {
 }
 
 async fn publish(jetstream: &jetstream::Context, key: &str, report: &Report) -> Result<(), ProjectorError> {
-    let value = serde_json::to_vec(report).map_err(|error| ProjectorError::Output(error.into()))?;
+    let value = serde_json::to_vec(report).map_err(ProjectorError::Encoding)?;
     let store = ensure_bucket(jetstream).await?;
     store.put(key, value.into()).await.map(drop).map_err(ProjectorError::nats("reporting stuck batches"))
 }
