@@ -58,8 +58,8 @@ impl Resource for Items {
             description: optional_text(row, 3)?,
             kind: ItemType::parse(kind).ok_or_else(|| unservable("type", kind.to_owned()))?,
             unit: optional_text(row, 5)?,
-            sale_price: money(row, 6).map_err(|problem| unservable("salePrice", problem))?,
-            purchase_price: money(row, 8).map_err(|problem| unservable("purchasePrice", problem))?,
+            sale_price: money(row, 6, |problem| unservable("salePrice", problem))?,
+            purchase_price: money(row, 8, |problem| unservable("purchasePrice", problem))?,
             created_at: instant(row, 10)?,
         })
     }
@@ -80,12 +80,18 @@ pub struct UnservableItem {
     problem: String,
 }
 
-/// The price whose amount is column `amount` and whose currency is the next one.
-fn money(row: &PgRow, amount: usize) -> Result<Option<MoneyRef<'_>>, String> {
-    let text = |index| row.try_get_unchecked::<Option<&str>, _>(index).map_err(|error| error.to_string());
+/// The price whose amount is column `amount` and whose currency is the next one. A
+/// column that cannot be read fails with its own error, so that its cause stays its
+/// source; a pair the contract cannot carry fails as `unservable` says.
+fn money(
+    row: &PgRow,
+    amount: usize,
+    unservable: impl FnOnce(String) -> sqlx::Error,
+) -> Result<Option<MoneyRef<'_>>, sqlx::Error> {
+    let text = |index| row.try_get_unchecked::<Option<&str>, _>(index);
     match (text(amount)?, text(amount + 1)?) {
-        (Some(amount), Some(currency)) => MoneyRef::new(amount, currency).map(Some),
+        (Some(amount), Some(currency)) => MoneyRef::new(amount, currency).map(Some).map_err(unservable),
         (None, None) => Ok(None),
-        _ => Err("amount and currency must both be present or both absent".to_owned()),
+        _ => Err(unservable("amount and currency must both be present or both absent".to_owned())),
     }
 }
