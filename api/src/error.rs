@@ -245,9 +245,13 @@ pub enum CommandError {
         #[source]
         source: std::io::Error,
     },
-    /// The server stopped with an I/O error.
-    #[error("serving HTTP: {0}")]
-    Serve(#[source] std::io::Error),
+    /// The server at `address` stopped with an I/O error.
+    #[error("serving HTTP on {address}: {source}")]
+    Serve {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     /// `keys revoke` was given an id that does not exist.
     #[error("no API key with id {0}")]
     NoSuchKey(String),
@@ -257,4 +261,7 @@ pub enum CommandError {
     /// Writing the command's output failed.
     #[error("writing output: {0}")]
     Output(#[source] std::io::Error),
+    /// A value could not be written as JSON.
+    #[error("encoding JSON: {0}")]
+    Encoding(#[source] serde_json::Error),
 }

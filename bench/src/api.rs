@@ -83,7 +83,7 @@ pub async fn start(binary: &Path, database: &Database, work: &Path) -> Result<Ap
 }
 
 fn logged_metrics_address(log: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(log)?;
+    let text = std::fs::read_to_string(log).context(format!("read {}", log.display()))?;
     text.lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .find(|record| record["fields"]["message"] == "lectern-api listening")

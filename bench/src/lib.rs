@@ -45,14 +45,35 @@ pub use options::Options;
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// `.context("what was being done")` on any error that can be displayed.
+/// `.context("what was being done")` on any error, or any message.
 pub trait Context<T> {
     fn context(self, what: impl Display) -> Result<T>;
 }
 
-impl<T, E: Display> Context<T> for std::result::Result<T, E> {
+impl<T, E: Into<Error>> Context<T> for std::result::Result<T, E> {
     fn context(self, what: impl Display) -> Result<T> {
-        self.map_err(|error| format!("{what}: {error}").into())
+        self.map_err(|error| Failed { what: what.to_string(), source: error.into() }.into())
+    }
+}
+
+/// An error and what was being done when it happened. The error stays its source, so
+/// that its own causes are not lost; the message quotes it, as the binary prints only
+/// the message.
+#[derive(Debug)]
+struct Failed {
+    what: String,
+    source: Error,
+}
+
+impl Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for Failed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
     }
 }
 
@@ -84,7 +105,7 @@ pub async fn run(options: Options) -> Result<String> {
     let binaries = infra::build_binaries(options.build)?;
     let stamp = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
     let work = std::env::temp_dir().join(format!("lectern-bench-{stamp}"));
-    std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&work).context(format!("create {}", work.display()))?;
     let databases = (format!("lectern_bench_{stamp}"), format!("lectern_bench_{stamp}_plain"));
     let setup = Setup { options, wrk, pgbench, binaries, work, databases };
     let outcome = tokio::select! {
@@ -113,7 +134,7 @@ pub async fn run(options: Options) -> Result<String> {
     }
     let markdown = outcome?.markdown();
     if let Some(parent) = setup.options.output.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
+        std::fs::create_dir_all(parent).context(format!("create {}", parent.display()))?;
     }
     std::fs::write(&setup.options.output, &markdown).context(format!("write {}", setup.options.output.display()))?;
     Ok(markdown)

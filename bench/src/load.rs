@@ -38,10 +38,10 @@ pub async fn wrk(
     api_pid: u32,
 ) -> Result<Http> {
     let script = work.join("requests.lua");
-    std::fs::write(&script, LUA)?;
+    std::fs::write(&script, LUA).context(format!("write {}", script.display()))?;
     let requests = work.join("requests.txt");
     let lines: String = scenario.requests.iter().map(|(key, path)| format!("{key}\t{path}\n")).collect();
-    std::fs::write(&requests, lines)?;
+    std::fs::write(&requests, lines).context(format!("write {}", requests.display()))?;
     let rss = RssSampler::start(api_pid);
     let output = Command::new(wrk)
         .args(["-t2", "-c64", &format!("-d{}s", run_for.as_secs()), "--latency", "--timeout", "5s", "-s"])
@@ -83,7 +83,7 @@ pub async fn pgbench(
     run_for: Duration,
 ) -> Result<f64> {
     let script = work.join("pgbench.sql");
-    std::fs::write(&script, &scenario.script)?;
+    std::fs::write(&script, &scenario.script).context(format!("write {}", script.display()))?;
     let server: PgConnectOptions = admin_url().parse().context("database URL")?;
     let mut command = Command::new(pgbench);
     command

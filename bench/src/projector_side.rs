@@ -9,7 +9,7 @@ use super::infra::{drop_database, Database, Nats};
 use super::machine::RssSampler;
 use super::report::{millis, thousands, Report, Row};
 use super::wal::WalMark;
-use super::{drain, latency, plain_sql, publish, Result, Setup};
+use super::{drain, latency, plain_sql, publish, Context, Result, Setup};
 use lectern_fixtures::generator::plan::Plan;
 
 const STEADY_RATE: u32 = 2_000;
@@ -62,7 +62,9 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     let steady_wal = steady_wal.describe_until(&WalMark::take(&database.pool).await?, steady_wall);
     let steady_rss = rss.stop();
     let csv: String = steady.samples.iter().map(|(at, latency)| format!("{at:.1},{latency:.1}\n")).collect();
-    std::fs::write(setup.work.join("latency.csv"), format!("published_ms,visible_after_ms\n{csv}"))?;
+    let latency_csv = setup.work.join("latency.csv");
+    std::fs::write(&latency_csv, format!("published_ms,visible_after_ms\n{csv}"))
+        .context(format!("write {}", latency_csv.display()))?;
     projector.check_running()?;
     projector.stop().await;
     drop(nats);

@@ -267,12 +267,14 @@ async fn cancel_on_signal(token: CancellationToken) {
 }
 
 async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
-    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
+    let url = &args.nats.nats_url;
+    let client = async_nats::connect(url).await.map_err(ProjectorError::nats_connect(url))?;
     let jetstream = jetstream::new(client);
     let mut stream = ensure_stream(&jetstream).await?;
     let mut consumer = ensure_consumer(&stream).await?;
-    let last_sequence = stream.info().await.map_err(ProjectorError::nats)?.state.last_sequence;
-    let info = consumer.info().await.map_err(ProjectorError::nats)?.clone();
+    let last_sequence =
+        stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
+    let info = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
     let stuck = stuck::reported(&jetstream).await?;
     let dead = dead_letters::count(&connect(&args.database).await?).await?;
     let status = serde_json::json!({
@@ -319,11 +321,15 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
     let mut events = Vec::new();
     if args.files.is_empty() {
         let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text)?;
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|source| ProjectorError::Input { input: "standard input".to_owned(), source })?;
         events.extend(text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned));
     } else {
         for file in &args.files {
-            events.push(std::fs::read_to_string(file)?);
+            let text = std::fs::read_to_string(file)
+                .map_err(|source| ProjectorError::Input { input: file.display().to_string(), source })?;
+            events.push(text);
         }
     }
     // All or nothing: every event is checked before the first is published.
@@ -336,7 +342,8 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let client = async_nats::connect(&args.nats.nats_url).await.map_err(ProjectorError::nats)?;
+    let url = &args.nats.nats_url;
+    let client = async_nats::connect(url).await.map_err(ProjectorError::nats_connect(url))?;
     let jetstream = jetstream::new(client);
     ensure_stream(&jetstream).await?;
     let mut published = 0;
@@ -347,21 +354,39 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
         jetstream
             .publish_with_headers(event.expected_subject(), headers, text.into_bytes().into())
             .await
-            .map_err(ProjectorError::nats)?
+            .map_err(ProjectorError::nats("publishing an event"))?
             .await
-            .map_err(ProjectorError::nats)?;
+            .map_err(ProjectorError::nats("awaiting an event's acknowledgement"))?;
         published += 1;
     }
     write_stdout(&format!("published {published} event(s)\n"))
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<String, ProjectorError> {
-    serde_json::to_string(value).map_err(|error| ProjectorError::Output(error.into()))
+    serde_json::to_string(value).map_err(ProjectorError::Encoding)
 }
 
 fn write_stdout(text: &str) -> Result<(), ProjectorError> {
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
-    Ok(())
+    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(ProjectorError::Output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{publish, NatsArgs, PublishArgs};
+
+    #[tokio::test]
+    async fn a_missing_input_file_is_named_as_the_input_that_could_not_be_read() {
+        let missing = std::env::temp_dir().join(format!("lectern-no-such-event-{}.json", uuid::Uuid::new_v4()));
+        // Nothing listens there; the file is read, and fails, before NATS is dialled.
+        let nats = NatsArgs { nats_url: "nats://127.0.0.1:1".to_owned() };
+
+        let error = publish(PublishArgs { nats, files: vec![missing.clone()] }).await.expect_err("no such file");
+
+        let text = error.to_string();
+        assert!(text.contains(&missing.display().to_string()), "the file is not named: {text}");
+        assert!(!text.contains("writing output"), "a failed read is reported as a write: {text}");
+        let source = std::error::Error::source(&error).and_then(|source| source.downcast_ref::<std::io::Error>());
+        assert_eq!(source.map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound), "{error:?}");
+    }
 }

@@ -6,9 +6,22 @@ pub enum ProjectorError {
     /// PostgreSQL refused or could not be reached.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
-    /// NATS or JetStream refused or could not be reached.
-    #[error("NATS: {0}")]
-    Nats(String),
+    /// NATS or JetStream refused, or could not be reached, while doing `action`.
+    #[error("NATS, {action}: {source}")]
+    Nats {
+        /// What was being done, as "NATS, reading the stream's info: …" reads.
+        action: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// No connection to the NATS server at `url` could be made.
+    #[error("connecting to NATS at {url}: {source}")]
+    NatsConnect {
+        /// As configured, any user, password or token redacted.
+        url: String,
+        #[source]
+        source: async_nats::ConnectError,
+    },
     /// A setting is unusable.
     #[error("{setting}: {problem}")]
     Config { setting: &'static str, problem: String },
@@ -26,24 +39,90 @@ pub enum ProjectorError {
     /// `healthcheck` found the projector unhealthy or unreachable.
     #[error("unhealthy: {0}")]
     Unhealthy(#[source] lectern_runtime::probe::ProbeError),
+    /// An input file, or standard input, could not be read.
+    #[error("reading {input}: {source}")]
+    Input {
+        /// The file's path, or "standard input".
+        input: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing the command's output failed.
     #[error("writing output: {0}")]
-    Output(#[from] std::io::Error),
+    Output(#[source] std::io::Error),
+    /// A value could not be written as JSON.
+    #[error("encoding JSON: {0}")]
+    Encoding(#[source] serde_json::Error),
 }
 
 impl ProjectorError {
-    pub fn nats(error: impl std::fmt::Display) -> Self {
-        Self::Nats(error.to_string())
+    /// The error of NATS failing at `action`, for `map_err`:
+    /// `.map_err(ProjectorError::nats("reading the stream's info"))`.
+    pub fn nats<E>(action: &'static str) -> impl FnOnce(E) -> Self
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        move |source| Self::Nats { action, source: source.into() }
+    }
+
+    /// The error of connecting to the NATS at `url`, for `map_err`.
+    pub fn nats_connect(url: &str) -> impl FnOnce(async_nats::ConnectError) -> Self {
+        let url = without_credentials(url);
+        move |source| Self::NatsConnect { url, source }
     }
 
     /// Worth retrying: the service may come back. Anything else is a bug or a refusal.
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Database(error) => is_transient_database_error(error),
-            Self::Nats(_) => true,
+            Self::Nats { .. } | Self::NatsConnect { .. } => true,
             _ => false,
         }
     }
 }
 
 pub use lectern_runtime::is_transient_database_error;
+
+/// `url`, one server or a comma-separated list, with each server's user, password or
+/// token replaced: an error line may end up in a log or a ticket.
+fn without_credentials(url: &str) -> String {
+    let server = |server: &str| match server.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://REDACTED@{host}"),
+            None => format!("REDACTED@{host}"),
+        },
+        None => server.to_owned(),
+    };
+    url.split(',').map(server).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::{without_credentials, ProjectorError};
+
+    #[test]
+    fn a_nats_error_keeps_its_cause_as_its_source_and_names_what_it_was_doing() {
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
+
+        let error = ProjectorError::nats("reading the stream's info")(cause);
+
+        let source = error.source().map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("connection reset by peer"), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains("reading the stream's info"), "the action is not named: {text}");
+        assert!(text.contains("connection reset by peer"), "the cause is not quoted: {text}");
+        assert!(error.is_transient(), "NATS may come back: {text}");
+    }
+
+    #[test]
+    fn a_nats_url_is_named_without_its_credentials() {
+        assert_eq!(without_credentials("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(
+            without_credentials("nats://user:secret@a:4222,tls://token@b:4222,c:4222"),
+            "nats://REDACTED@a:4222,tls://REDACTED@b:4222,c:4222"
+        );
+        assert_eq!(without_credentials("secret@a:4222"), "REDACTED@a:4222");
+    }
+}

@@ -46,7 +46,7 @@ pub async fn pull(
     } else {
         consumer.batch().max_messages(1).expires(settings.pull_wait).messages().await
     }
-    .map_err(ProjectorError::nats)?;
+    .map_err(ProjectorError::nats("pulling from the consumer"))?;
     let mut batch = Vec::with_capacity(settings.batch_size);
     let stalled = tokio::time::sleep(settings.pull_wait + PULL_STALL);
     tokio::pin!(stalled);
@@ -71,7 +71,9 @@ pub async fn pull(
         };
         match next {
             Some(Ok(message)) => batch.push(message),
-            Some(Err(error)) if batch.is_empty() => return Err(ProjectorError::nats(error)),
+            Some(Err(error)) if batch.is_empty() => {
+                return Err(ProjectorError::nats("receiving pulled messages")(error))
+            }
             // A pull that ends in an error after some messages still delivered them.
             Some(Err(_)) | None => return Ok(batch),
         }

@@ -26,7 +26,7 @@ pub async fn connect(url: &str) -> Result<async_nats::Client, ProjectorError> {
         .retry_on_initial_connect()
         .connect(url)
         .await
-        .map_err(ProjectorError::nats)
+        .map_err(ProjectorError::nats_connect(url))
 }
 
 /// Creates the stream if it is missing (an existing one is left as its operators set it).
@@ -34,8 +34,9 @@ pub async fn ensure_stream(jetstream: &jetstream::Context) -> Result<stream::Str
     match create_stream(jetstream).await {
         Ok(stream) => Ok(stream),
         // Two processes starting together both see no stream and both create it; the
-        // loser's create fails, and the stream it wanted now exists.
-        Err(error) => jetstream.get_stream(STREAM).await.map_err(|_| ProjectorError::nats(error)),
+        // loser's create fails, and the stream it wanted now exists. Otherwise the
+        // create's error is the one that explains the missing stream.
+        Err(error) => jetstream.get_stream(STREAM).await.map_err(|_| error),
     }
 }
 
@@ -51,7 +52,7 @@ async fn create_stream(jetstream: &jetstream::Context) -> Result<stream::Stream,
             ..Default::default()
         })
         .await
-        .map_err(ProjectorError::nats)
+        .map_err(ProjectorError::nats("creating the CHANGES stream"))
 }
 
 /// The durable consumer, created on first use. One that exists already keeps the settings
@@ -72,13 +73,14 @@ pub async fn ensure_consumer(stream: &stream::Stream) -> Result<consumer::PullCo
             },
         )
         .await
-        .map_err(ProjectorError::nats)?;
+        .map_err(ProjectorError::nats("creating the durable consumer"))?;
     if consumer.cached_info().config.ack_wait == ACK_WAIT {
         return Ok(consumer);
     }
     let mut config = consumer.cached_info().config.clone();
     tracing::info!(from = ?config.ack_wait, to = ?ACK_WAIT, "setting the consumer's ack wait to the one progress acks keep");
     config.ack_wait = ACK_WAIT;
-    let config = consumer::pull::Config::try_from_consumer_config(config).map_err(ProjectorError::nats)?;
-    stream.update_consumer(config).await.map_err(ProjectorError::nats)
+    let config = consumer::pull::Config::try_from_consumer_config(config)
+        .map_err(ProjectorError::nats("reading the consumer's settings as a pull consumer's"))?;
+    stream.update_consumer(config).await.map_err(ProjectorError::nats("updating the consumer's ack wait"))
 }

@@ -195,12 +195,17 @@ impl Batches {
 }
 
 async fn publish(jetstream: &jetstream::Context, key: &str, report: &Report) -> Result<(), ProjectorError> {
-    let value = serde_json::to_vec(report).map_err(|error| ProjectorError::Output(error.into()))?;
-    ensure_bucket(jetstream).await?.put(key, value.into()).await.map(drop).map_err(ProjectorError::nats)
+    let value = serde_json::to_vec(report).map_err(ProjectorError::Encoding)?;
+    let store = ensure_bucket(jetstream).await?;
+    store.put(key, value.into()).await.map(drop).map_err(ProjectorError::nats("reporting stuck batches"))
 }
 
 async fn withdraw(jetstream: &jetstream::Context, key: &str) -> Result<(), ProjectorError> {
-    ensure_bucket(jetstream).await?.delete(key).await.map_err(ProjectorError::nats)
+    ensure_bucket(jetstream)
+        .await?
+        .delete(key)
+        .await
+        .map_err(ProjectorError::nats("withdrawing the stuck-batch report"))
 }
 
 /// Watches one batch until dropped.
@@ -249,8 +254,8 @@ async fn ensure_bucket(jetstream: &jetstream::Context) -> Result<kv::Store, Proj
     // winner's; the create's error is the one that explains a bucket still missing.
     let created = jetstream.create_stream(config).await.map(drop);
     jetstream.get_key_value(BUCKET).await.map_err(|missing| match created {
-        Err(refused) => ProjectorError::nats(refused),
-        Ok(()) => ProjectorError::nats(missing),
+        Err(refused) => ProjectorError::nats("creating the stuck-batch bucket")(refused),
+        Ok(()) => ProjectorError::nats("opening the stuck-batch bucket")(missing),
     })
 }
 
@@ -266,11 +271,18 @@ pub struct HeldBatch {
 /// Every stuck batch the running projectors report, oldest first, for `status`.
 pub async fn reported(jetstream: &jetstream::Context) -> Result<Vec<HeldBatch>, ProjectorError> {
     let store = ensure_bucket(jetstream).await?;
-    let keys: Vec<String> =
-        store.keys().await.map_err(ProjectorError::nats)?.try_collect().await.map_err(ProjectorError::nats)?;
+    let keys: Vec<String> = store
+        .keys()
+        .await
+        .map_err(ProjectorError::nats("listing the stuck-batch reports"))?
+        .try_collect()
+        .await
+        .map_err(ProjectorError::nats("receiving the stuck-batch reports' keys"))?;
     let mut held = Vec::new();
     for key in keys {
-        let Some(value) = store.get(&key).await.map_err(ProjectorError::nats)? else { continue };
+        let Some(value) = store.get(&key).await.map_err(ProjectorError::nats("reading a stuck-batch report"))? else {
+            continue;
+        };
         match serde_json::from_slice::<Report>(&value) {
             Ok(report) => held
                 .extend(report.batches.into_iter().map(|batch| HeldBatch { process: report.process.clone(), batch })),

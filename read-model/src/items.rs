@@ -38,8 +38,13 @@ pub fn decode(row: &PgRow) -> Result<ItemRef<'_>, sqlx::Error> {
     let id: Uuid = row.try_get_unchecked(const { at("id") })?;
     let unservable = |field, problem| sqlx::Error::Decode(Box::new(UnservableItem { id, field, problem }));
     let kind: &str = row.try_get_unchecked(const { at("type") })?;
-    let sale_price = money(row, const { at("sale_price_amount") }, const { at("sale_price_currency") });
-    let purchase_price = money(row, const { at("purchase_price_amount") }, const { at("purchase_price_currency") });
+    let sale_price = money(row, const { at("sale_price_amount") }, const { at("sale_price_currency") }, |problem| {
+        unservable("salePrice", problem)
+    });
+    let purchase_price =
+        money(row, const { at("purchase_price_amount") }, const { at("purchase_price_currency") }, |problem| {
+            unservable("purchasePrice", problem)
+        });
     Ok(ItemRef {
         id,
         name: text(row, const { at("name") })?,
@@ -47,8 +52,8 @@ pub fn decode(row: &PgRow) -> Result<ItemRef<'_>, sqlx::Error> {
         description: optional_text(row, const { at("description") })?,
         kind: ItemType::parse(kind).ok_or_else(|| unservable("type", kind.to_owned()))?,
         unit: optional_text(row, const { at("unit") })?,
-        sale_price: sale_price.map_err(|problem| unservable("salePrice", problem))?,
-        purchase_price: purchase_price.map_err(|problem| unservable("purchasePrice", problem))?,
+        sale_price: sale_price?,
+        purchase_price: purchase_price?,
         created_at: instant(row, const { at("created_at") })?,
     })
 }
@@ -62,13 +67,20 @@ pub struct UnservableItem {
     problem: String,
 }
 
-/// The price in columns `amount` and `currency`.
-fn money(row: &PgRow, amount: usize, currency: usize) -> Result<Option<MoneyRef<'_>>, String> {
-    let text = |index| row.try_get_unchecked::<Option<&str>, _>(index).map_err(|error| error.to_string());
+/// The price in columns `amount` and `currency`. A column that cannot be read fails
+/// with its own error, so that its cause stays its source; a pair the contract cannot
+/// carry fails as `unservable` says.
+fn money(
+    row: &PgRow,
+    amount: usize,
+    currency: usize,
+    unservable: impl FnOnce(String) -> sqlx::Error,
+) -> Result<Option<MoneyRef<'_>>, sqlx::Error> {
+    let text = |index| row.try_get_unchecked::<Option<&str>, _>(index);
     match (text(amount)?, text(currency)?) {
-        (Some(amount), Some(currency)) => MoneyRef::new(amount, currency).map(Some),
+        (Some(amount), Some(currency)) => MoneyRef::new(amount, currency).map(Some).map_err(unservable),
         (None, None) => Ok(None),
-        _ => Err("amount and currency must both be present or both absent".to_owned()),
+        _ => Err(unservable("amount and currency must both be present or both absent".to_owned())),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The Rust decoder accepts exactly what the committed JSON Schemas accept: every
 //! example passes both, every case of the bad corpus fails both.
 
-#![allow(clippy::expect_used, clippy::unwrap_used, reason = "in tests, a failed expectation is the test failing")]
+#![expect(clippy::unwrap_used, reason = "in tests, a failed expectation is the test failing")]
 
 use std::path::{Path, PathBuf};
 

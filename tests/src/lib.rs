@@ -14,11 +14,7 @@
 //! - [`process`]: a long-running binary under test, its logs and its SIGTERM.
 //! - [`postgres`]: a private PostgreSQL server per test, to stop, crash and restart.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "in tests, a failed expectation is the test failing, with its message"
-)]
+#![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 pub mod app;
 pub mod binaries;

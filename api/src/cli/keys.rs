@@ -143,7 +143,7 @@ async fn list_keys(args: ListKeysArgs) -> Result<(), CommandError> {
         .map_err(|source| database_error(&args.database.database_url, source))?;
     match args.output {
         Output::Json => {
-            let json = serde_json::to_string(&keys).map_err(|error| CommandError::Output(error.into()))?;
+            let json = serde_json::to_string(&keys).map_err(CommandError::Encoding)?;
             write_stdout(&format!("{json}\n"))
         }
         Output::Text if keys.is_empty() => write_stdout(&format!("No keys for workspace {}.\n", args.workspace)),

@@ -43,6 +43,8 @@ pub fn open_pool(args: &ServeArgs) -> Result<PgPool, CommandError> {
 /// Both listeners bound, not yet serving.
 pub struct Bound {
     application: Application,
+    /// The configured public address, named when serving fails.
+    listen: SocketAddr,
     operations: OperationsServer,
     pool: PgPool,
     reads: ReadConnections,
@@ -70,7 +72,8 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         environment = args.environment.as_str(),
         "lectern-api listening"
     );
-    Ok(Bound { application, operations, pool, reads, change_listener, max_connections: args.pool.db_pool_size })
+    let max_connections = args.pool.db_pool_size;
+    Ok(Bound { application, listen: args.listen, operations, pool, reads, change_listener, max_connections })
 }
 
 fn address_or(bound: Option<SocketAddr>, configured: SocketAddr) -> SocketAddr {
@@ -94,6 +97,7 @@ impl Bound {
         let operations = tokio::spawn(self.operations.run(readiness, gauges, async move {
             operations_stopped.cancelled().await;
         }));
+        let address = address_or(self.application.local_addr(), self.listen);
         let api_stopped = shutdown.clone();
         let served = self.application.run_until_stopped(async move { api_stopped.cancelled().await }).await;
         // The operations listener outlives nothing: it stops with the API.
@@ -104,7 +108,7 @@ impl Bound {
             Ok(Ok(())) => {}
         }
         self.reads.close_idle().await;
-        served.map_err(CommandError::Serve)?;
+        served.map_err(|source| CommandError::Serve { address, source })?;
         tracing::info!("lectern-api stopped");
         Ok(())
     }

@@ -69,7 +69,7 @@ impl ContactsApi {
     /// Active contacts of the key's workspace, in pages. Ordered ascending by
     /// `createdAt` (default) or `name`, ties broken by `id`. Pass `page.nextCursor` as
     /// `cursor` to get the next page, with the same `search`, `type` and `sort`.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments, reason = "poem-openapi takes each query parameter as an argument of its own")]
     #[oai(path = "/contacts", method = "get", operation_id = "listContacts")]
     async fn list_contacts(
         &self,

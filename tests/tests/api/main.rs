@@ -1,7 +1,7 @@
 //! End-to-end tests of lectern-api: the real app over HTTP against a real PostgreSQL.
 //! Each test creates its own database, so they run in parallel.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "in tests, a failed expectation is the test failing, with its message"

@@ -9,11 +9,7 @@
 //! Timeouts are generous (the machine is small and shared with other suites): they
 //! catch hangs, never measure speed.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "in tests, a failed expectation is the test failing, with its message"
-)]
+#![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 mod connections;
 mod database;

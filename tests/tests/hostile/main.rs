@@ -5,11 +5,7 @@
 //!
 //! `PROPTEST_CASES` sets the number of cases per property (default 256).
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "in tests, a failed expectation is the test failing, with its message"
-)]
+#![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 mod cursor;
 mod events;

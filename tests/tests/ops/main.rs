@@ -3,11 +3,7 @@
 //! Dockerfile; the Dockerfile against the workspace and compose.yaml; the Markdown
 //! files' links against the repository.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "in tests, a failed expectation is the test failing, with its message"
-)]
+#![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 mod cli;
 mod compose;

@@ -1,11 +1,7 @@
 //! End-to-end tests of lectern-projector: real nats-server (a private one per test) and
 //! real PostgreSQL (a database per test).
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "in tests, a failed expectation is the test failing, with its message"
-)]
+#![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 mod apply_rules;
 mod commands;

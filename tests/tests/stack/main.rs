@@ -2,11 +2,7 @@
 //! against a private nats-server and a database of its own per test, run as a
 //! newcomer runs it and stopped as Ctrl-C or a supervisor stops it.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "in tests, a failed expectation is the test failing, with its message"
-)]
+#![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 mod demo;
 mod lifecycle;
