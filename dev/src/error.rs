@@ -9,7 +9,7 @@ pub enum DevError {
     /// The API's part: settings, the database, binding, serving.
     #[error(transparent)]
     Api(#[from] CommandError),
-    /// NATS could not be reached at `url`.
+    /// NATS could not be reached at `url` (its credentials left out).
     #[error(
         "cannot connect to NATS at {url}: `lectern-dev` needs NATS with JetStream (`nats-server -js`) \
          to publish and project the demo data (--nats-url/NATS_URL)"

@@ -68,8 +68,10 @@ pub async fn run(args: StackArgs) -> Result<(), DevError> {
 
 /// A client of the NATS at `url`; a newcomer hears at once when it is missing.
 pub async fn connect_nats(url: &str) -> Result<async_nats::Client, DevError> {
-    let unreachable =
-        |source: Box<dyn std::error::Error + Send + Sync>| DevError::Connect { url: url.to_owned(), source };
+    let unreachable = |source: Box<dyn std::error::Error + Send + Sync>| DevError::Connect {
+        url: lectern_runtime::nats_servers_without_credentials(url),
+        source,
+    };
     let connecting = async_nats::ConnectOptions::new().name("lectern-dev").connect(url);
     match tokio::time::timeout(NATS_CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(client)) => Ok(client),

@@ -67,7 +67,7 @@ impl ProjectorError {
 
     /// The error of connecting to the NATS at `url`, for `map_err`.
     pub fn nats_connect(url: &str) -> impl FnOnce(async_nats::ConnectError) -> Self {
-        let url = without_credentials(url);
+        let url = lectern_runtime::nats_servers_without_credentials(url);
         move |source| Self::NatsConnect { url, source }
     }
 
@@ -83,24 +83,11 @@ impl ProjectorError {
 
 pub use lectern_runtime::is_transient_database_error;
 
-/// `url`, one server or a comma-separated list, with each server's user, password or
-/// token replaced: an error line may end up in a log or a ticket.
-fn without_credentials(url: &str) -> String {
-    let server = |server: &str| match server.rsplit_once('@') {
-        Some((credentials, host)) => match credentials.split_once("://") {
-            Some((scheme, _)) => format!("{scheme}://REDACTED@{host}"),
-            None => format!("REDACTED@{host}"),
-        },
-        None => server.to_owned(),
-    };
-    url.split(',').map(server).collect::<Vec<_>>().join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use std::error::Error as _;
 
-    use super::{without_credentials, ProjectorError};
+    use super::ProjectorError;
 
     #[test]
     fn a_nats_error_keeps_its_cause_as_its_source_and_names_what_it_was_doing() {
@@ -114,15 +101,5 @@ mod tests {
         assert!(text.contains("reading the stream's info"), "the action is not named: {text}");
         assert!(text.contains("connection reset by peer"), "the cause is not quoted: {text}");
         assert!(error.is_transient(), "NATS may come back: {text}");
-    }
-
-    #[test]
-    fn a_nats_url_is_named_without_its_credentials() {
-        assert_eq!(without_credentials("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
-        assert_eq!(
-            without_credentials("nats://user:secret@a:4222,tls://token@b:4222,c:4222"),
-            "nats://REDACTED@a:4222,tls://REDACTED@b:4222,c:4222"
-        );
-        assert_eq!(without_credentials("secret@a:4222"), "REDACTED@a:4222");
     }
 }

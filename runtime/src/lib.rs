@@ -16,6 +16,19 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
+/// `url`, one NATS server or a comma-separated list of them, with each server's user,
+/// password or token replaced: an error line may end up in a log or a ticket.
+pub fn nats_servers_without_credentials(url: &str) -> String {
+    let server = |server: &str| match server.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://REDACTED@{host}"),
+            None => format!("REDACTED@{host}"),
+        },
+        None => server.to_owned(),
+    };
+    url.split(',').map(server).collect::<Vec<_>>().join(",")
+}
+
 /// Logs to stderr (stdout stays for command output): `RUST_LOG` filters (else
 /// `default_filter`), `LECTERN_LOG_FORMAT=json` switches to JSON lines, colour only on a
 /// terminal.
@@ -136,4 +149,19 @@ fn one_line(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nats_servers_without_credentials;
+
+    #[test]
+    fn a_nats_url_is_named_without_its_credentials() {
+        assert_eq!(nats_servers_without_credentials("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(
+            nats_servers_without_credentials("nats://user:secret@a:4222,tls://token@b:4222,c:4222"),
+            "nats://REDACTED@a:4222,tls://REDACTED@b:4222,c:4222"
+        );
+        assert_eq!(nats_servers_without_credentials("secret@a:4222"), "REDACTED@a:4222");
+    }
 }

@@ -170,3 +170,23 @@ async fn dev_without_reachable_nats_ends_at_once_with_one_line_naming_nats_url()
     run.assert_one_line_error(Some(1), &["NATS_URL", "--nats-url", &nats_url]);
     assert!(run.stdout.is_empty(), "nothing promised on stdout: {}", run.stdout);
 }
+
+#[tokio::test]
+async fn dev_without_reachable_nats_names_the_server_but_never_its_credentials() {
+    let (url, _) = missing_database();
+    let port = free_port();
+    let nats_url = format!("nats://lectern:not-a-real-password@127.0.0.1:{port}");
+
+    let run = run_to_end(
+        &lectern_tests::binaries::lectern_dev(),
+        &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+        &[("DATABASE_URL", &url), ("NATS_URL", &nats_url)],
+        PROCESS_TIMEOUT,
+    )
+    .await;
+
+    run.assert_one_line_error(Some(1), &[&format!("nats://REDACTED@127.0.0.1:{port}")]);
+    for output in [&run.stdout, &run.stderr] {
+        assert!(!output.contains("not-a-real-password"), "the password reached the output: {output}");
+    }
+}
