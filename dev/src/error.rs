@@ -19,9 +19,10 @@ pub enum DevError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The `CHANGES` stream could not be found or created.
-    #[error("creating the CHANGES stream")]
-    Stream(#[source] ProjectorError),
+    /// The `CHANGES` stream could not be found or created (the projector's error says
+    /// which, and why).
+    #[error(transparent)]
+    Stream(ProjectorError),
     /// JetStream refused or dropped what `doing` describes.
     #[error("{doing}")]
     Nats {

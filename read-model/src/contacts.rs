@@ -84,27 +84,28 @@ impl Batch {
     pub fn push(&mut self, key: Key, data: Option<&ContactData>) {
         self.keys.push(key);
         // Destructured whole: a field added to the contract is a compile error here.
-        let (name, email, phone, address, tin, is_customer, is_supplier, created_at) = match data {
-            Some(ContactData { name, email, phone, address, tin, is_customer, is_supplier, created_at }) => (
-                Some(name.clone()),
-                email.clone(),
-                phone.clone(),
-                address.clone(),
-                tin.clone(),
-                Some(*is_customer),
-                Some(*is_supplier),
-                Some(created_at.as_datetime()),
-            ),
-            None => (None, None, None, None, None, None, None, None),
-        };
-        self.name.push(name);
-        self.email.push(email);
-        self.phone.push(phone);
-        self.address.push(address);
-        self.tin.push(tin);
-        self.is_customer.push(is_customer);
-        self.is_supplier.push(is_supplier);
-        self.created_at.push(created_at);
+        match data {
+            Some(ContactData { name, email, phone, address, tin, is_customer, is_supplier, created_at }) => {
+                self.name.push(Some(name.clone()));
+                self.email.push(email.clone());
+                self.phone.push(phone.clone());
+                self.address.push(address.clone());
+                self.tin.push(tin.clone());
+                self.is_customer.push(Some(*is_customer));
+                self.is_supplier.push(Some(*is_supplier));
+                self.created_at.push(Some(created_at.as_datetime()));
+            }
+            None => {
+                self.name.push(None);
+                self.email.push(None);
+                self.phone.push(None);
+                self.address.push(None);
+                self.tin.push(None);
+                self.is_customer.push(None);
+                self.is_supplier.push(None);
+                self.created_at.push(None);
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {
