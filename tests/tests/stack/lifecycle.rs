@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use lectern_fixtures::demo::{demo_events, record_counts, DEMO_WORKSPACE};
 use lectern_schema::events::EntityKind;
+use lectern_tests::binaries::Run;
 use lectern_tests::nats::{free_port, TestNats};
 use lectern_tests::process::run_to_end;
 use lectern_tests::projector::eventually;
@@ -154,18 +155,23 @@ async fn sigterm_while_the_demo_is_being_projected_exits_0_with_the_batch_in_han
     again.stop().await;
 }
 
-#[tokio::test]
-async fn dev_without_reachable_nats_ends_at_once_with_one_line_naming_nats_url() {
+/// `lectern-dev` run to its end against `nats_url` (and a database it creates).
+async fn dev_with_nats_at(nats_url: &str) -> Run {
     let (url, _) = missing_database();
-    let nats_url = format!("nats://127.0.0.1:{}", free_port());
-
-    let run = run_to_end(
+    run_to_end(
         &lectern_tests::binaries::lectern_dev(),
         &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
-        &[("DATABASE_URL", &url), ("NATS_URL", &nats_url)],
+        &[("DATABASE_URL", &url), ("NATS_URL", nats_url)],
         PROCESS_TIMEOUT,
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn dev_without_reachable_nats_ends_at_once_with_one_line_naming_nats_url() {
+    let nats_url = format!("nats://127.0.0.1:{}", free_port());
+
+    let run = dev_with_nats_at(&nats_url).await;
 
     run.assert_one_line_error(Some(1), &["NATS_URL", "--nats-url", &nats_url]);
     assert!(run.stdout.is_empty(), "nothing promised on stdout: {}", run.stdout);
@@ -173,17 +179,10 @@ async fn dev_without_reachable_nats_ends_at_once_with_one_line_naming_nats_url()
 
 #[tokio::test]
 async fn dev_without_reachable_nats_names_the_server_but_never_its_credentials() {
-    let (url, _) = missing_database();
     let port = free_port();
     let nats_url = format!("nats://lectern:not-a-real-password@127.0.0.1:{port}");
 
-    let run = run_to_end(
-        &lectern_tests::binaries::lectern_dev(),
-        &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
-        &[("DATABASE_URL", &url), ("NATS_URL", &nats_url)],
-        PROCESS_TIMEOUT,
-    )
-    .await;
+    let run = dev_with_nats_at(&nats_url).await;
 
     run.assert_one_line_error(Some(1), &[&format!("nats://REDACTED@127.0.0.1:{port}")]);
     for output in [&run.stdout, &run.stderr] {
