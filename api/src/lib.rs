@@ -8,6 +8,7 @@
 //! - [`config`]: settings, each a flag with an environment twin.
 //! - [`http`]: routes, the envelope layer, auth, the strict query gate, OpenAPI.
 //! - [`listing`]: what every collection shares: parameters, positions, cursors, pages.
+//! - [`feed`]: the changes feed: sync tokens, feed heads, long polls.
 //! - [`db`]: the pool, migrations, and one query module per resource.
 //! - [`keys`]: key format, peppered hashes, the caching authenticator.
 //! - [`memory`]: the process's heap kept in small pages.
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod feed;
 pub mod http;
 pub mod keys;
 pub mod listing;

@@ -94,28 +94,44 @@ impl TestApp {
     }
 
     pub async fn spawn_with(pool: PgPool, options: AppOptions) -> Self {
-        let (app, caches) = Self::start(pool, options).await;
+        let (app, caches) = Self::start(pool, options, std::future::pending()).await;
         wait_until_trusted(&caches).await;
         app
+    }
+
+    /// An app that begins its shutdown when the sender is used (or dropped).
+    pub async fn spawn_stoppable(pool: PgPool) -> (Self, tokio::sync::oneshot::Sender<()>) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let (app, caches) = Self::start(pool, AppOptions::default(), shutdown).await;
+        wait_until_trusted(&caches).await;
+        (app, stop)
     }
 
     /// An app whose database may be unreachable: it does not wait for its change
     /// listener, so its caches may stay untrusted.
     pub async fn spawn_without_database(pool: PgPool) -> Self {
-        Self::start(pool, AppOptions::default()).await.0
+        Self::start(pool, AppOptions::default(), std::future::pending()).await.0
     }
 
-    async fn start(pool: PgPool, options: AppOptions) -> (Self, [Arc<dyn Invalidated>; 2]) {
+    async fn start(
+        pool: PgPool,
+        options: AppOptions,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> (Self, [Arc<dyn Invalidated>; 3]) {
         // Quiet by default; LECTERN_TEST_LOG=1 shows the app's logs (RUST_LOG filters).
         if std::env::var_os("LECTERN_TEST_LOG").is_some() {
             lectern_api::telemetry::init();
         }
         // The constructor `serve` uses.
         let state = AppState::new(pool.clone(), options.settings_beside(&pool));
-        let caches: [Arc<dyn Invalidated>; 2] = [state.authenticator.clone(), state.first_pages.clone()];
+        let caches: [Arc<dyn Invalidated>; 3] =
+            [state.authenticator.clone(), state.first_pages.clone(), state.feed_heads.clone()];
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");
-        tokio::spawn(application.run_until_stopped(std::future::pending()));
+        tokio::spawn(application.run_until_stopped(shutdown));
         (Self { address, pool, http: reqwest::Client::new() }, caches)
     }
 

@@ -81,7 +81,10 @@ impl Invalidated for FirstPages {
     }
 
     fn evict(&self, payload: &str) {
-        match Uuid::try_parse(payload) {
+        // `<workspace> <table> <position>` from the read model's triggers; the workspace
+        // is all a first page needs.
+        let workspace = payload.split(' ').next().unwrap_or_default();
+        match Uuid::try_parse(workspace) {
             Ok(workspace_id) => self.evict_workspace(workspace_id),
             Err(_) => self.forget_everything(),
         }

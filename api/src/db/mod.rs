@@ -2,6 +2,7 @@
 //! queries return rows, read as the shared record types (`lectern_schema`), and know
 //! nothing of HTTP.
 
+pub mod changes;
 pub mod connections;
 pub mod contacts;
 pub mod first_pages;

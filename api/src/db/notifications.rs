@@ -231,6 +231,9 @@ async fn subscribe(
     let connect = async {
         let mut listener = PgListener::connect_with(listening).await?;
         let mut channels: Vec<&str> = caches.iter().map(|cache| cache.channel()).collect();
+        // Several caches may follow one channel; one LISTEN serves them all.
+        channels.sort_unstable();
+        channels.dedup();
         channels.push(heartbeat_channel);
         listener.listen_all(channels).await?;
         Ok(listener)

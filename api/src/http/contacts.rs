@@ -8,6 +8,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ContactsReader;
+use super::changes::{feed_limit_example, wait_example, ChangeType, ChangesQuery};
 pub use super::collection::NoQuery;
 use super::collection::{
     id_example, limit_example, list_page, record_body, sort_example, GetError, ListError, ListParams, ListQuery,
@@ -18,6 +19,8 @@ use super::strict_query::StrictQuery;
 use super::{AppState, RecordId};
 use crate::db::contacts::{ContactType, Contacts};
 use crate::error::ApiError;
+use crate::feed::params::{FeedLimit, Since, WaitSeconds};
+use crate::feed::{changes_page, ChangesParams};
 use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
 
 /// A page of contacts.
@@ -27,6 +30,35 @@ use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
 pub struct ContactList {
     pub data: Vec<Contact>,
     pub page: PageInfo,
+    pub request_id: RequestId,
+}
+
+/// One change in the contacts feed.
+#[derive(Debug, Object, serde::Serialize)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
+pub struct ContactChange {
+    /// The contact's id.
+    pub id: uuid::Uuid,
+    /// `upserted`: the contact is active now; `removed`: it is archived or deleted.
+    pub change: ChangeType,
+    /// The contact as the listing serves it, or null when removed.
+    #[oai(nullable)]
+    pub record: Option<Contact>,
+}
+
+/// A page of the contacts feed.
+#[derive(Debug, Object, serde::Serialize)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
+pub struct ContactChanges {
+    /// The contacts whose last change comes after `since`, in commit order, each once.
+    pub data: Vec<ContactChange>,
+    /// True: more changes are ready now; call again at once with `syncToken`.
+    pub has_more: bool,
+    /// Where the next call starts; pass it as `since`.
+    #[oai(validator(min_length = 1))]
+    pub sync_token: String,
     pub request_id: RequestId,
 }
 
@@ -94,6 +126,34 @@ impl ContactsApi {
     ) -> Result<JsonBody<ContactList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
         Ok(JsonBody::assembled(list_page::<Contacts>(&state, &key.0, params).await?))
+    }
+
+    /// List changes to contacts
+    ///
+    /// The contacts of the key's workspace that changed after `since`, in the order the
+    /// changes were committed, each once at its state now: `upserted` with the record
+    /// when it is active, `removed` when it is archived or deleted. Without `since` the
+    /// feed starts at the beginning, so every contact the workspace ever had appears.
+    /// Follow `syncToken` while `hasMore` is true; keep the last one for the next sync.
+    #[oai(path = "/contacts/changes", method = "get", operation_id = "listContactChanges")]
+    async fn list_contact_changes(
+        &self,
+        state: Data<&Arc<AppState>>,
+        key: ContactsReader,
+        _strict: StrictQuery<ChangesQuery<Contacts>>,
+        /// A `syncToken` of an earlier response of this operation, unchanged; `latest` for
+        /// a token at the newest change with no data; absent to start from the beginning.
+        since: Query<Option<Since>>,
+        /// Most changes in the response.
+        #[oai(default, example = "feed_limit_example")]
+        limit: Query<FeedLimit>,
+        /// Seconds to hold the request when nothing changed after `since`: it is answered
+        /// as soon as a change commits, or after this long with no data.
+        #[oai(default, example = "wait_example")]
+        wait: Query<WaitSeconds>,
+    ) -> Result<JsonBody<ContactChanges>, ListError> {
+        let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
+        Ok(JsonBody::assembled(changes_page::<Contacts>(&state, key.0.workspace_id, params).await?))
     }
 
     /// Retrieve an active contact

@@ -2,6 +2,7 @@
 
 mod auth;
 mod caller;
+mod changes;
 mod collection;
 mod compression;
 pub mod contacts;
@@ -113,7 +114,8 @@ impl Application {
     /// writes the last batch of key last-used times.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let authenticator = self.state.authenticator.clone();
-        let caches: Vec<Arc<dyn Invalidated>> = vec![authenticator.clone(), self.state.first_pages.clone()];
+        let caches: Vec<Arc<dyn Invalidated>> =
+            vec![authenticator.clone(), self.state.first_pages.clone(), self.state.feed_heads.clone()];
         let listener =
             tokio::spawn(notifications::follow(self.state.pool.clone(), caches, self.state.change_listener.clone()));
         let flusher = tokio::spawn(authenticator.clone().flush_last_used_periodically());
@@ -125,6 +127,12 @@ impl Application {
                 state.rate_limits.forget_idle();
             }
         });
+        let stopping = self.state.shutdown.clone();
+        let shutdown = async move {
+            shutdown.await;
+            // Answers the long polls, so the server's graceful wait is not theirs.
+            stopping.cancel();
+        };
         let result = server::serve(self.listener, app(self.state), self.limits, shutdown).await;
         listener.abort();
         flusher.abort();

@@ -16,6 +16,8 @@ use crate::db::lookups::Lookups;
 use crate::db::notifications::ListenerHealth;
 use crate::db::workspace_sizes::{WalkSettings, WorkspaceSizes};
 use crate::db::PoolSettings;
+use crate::feed::heads::FeedHeads;
+use crate::feed::token::SyncTokens;
 use crate::keys::{Authenticator, Environment, Pepper};
 use crate::listing::cursor::CursorSigner;
 use crate::rate_limit::{Policy, RateLimits};
@@ -28,6 +30,12 @@ pub struct AppState {
     pub reads: ReadConnections,
     pub authenticator: Arc<Authenticator>,
     pub cursors: CursorSigner,
+    /// Signs the changes feed's tokens, with the cursor secret.
+    pub sync_tokens: SyncTokens,
+    /// Each feed's newest position, kept by the same notifications as the first pages.
+    pub feed_heads: Arc<FeedHeads>,
+    /// Cancelled when the server begins to shut down: long polls answer at once.
+    pub shutdown: tokio_util::sync::CancellationToken,
     pub rate_limits: RateLimits,
     /// Unchanged first pages, evicted by the read model's change notifications.
     pub first_pages: Arc<FirstPages>,
@@ -68,7 +76,10 @@ impl AppState {
         Self {
             reads: ReadConnections::new((*pool.connect_options()).clone(), &settings.reads),
             authenticator: Arc::new(Authenticator::new(pool.clone(), settings.pepper, settings.environment)),
+            sync_tokens: SyncTokens::new(settings.cursor_secret.clone()),
             cursors: CursorSigner::new(settings.cursor_secret, settings.cursor_lifetime),
+            feed_heads: Arc::default(),
+            shutdown: tokio_util::sync::CancellationToken::new(),
             rate_limits: RateLimits::new(settings.per_key, settings.lookups_per_address),
             first_pages: Arc::default(),
             workspace_sizes: WorkspaceSizes::new(settings.walks),

@@ -1,5 +1,8 @@
 //! Batches in flight together: a batch held up inside PostgreSQL does not hold up the
-//! events that arrive after it, and what it holds is applied once it is free.
+//! events of other workspaces that arrive after it, and what it holds is applied once
+//! it is free. Events of its own workspace wait for it: the changes feed's positions
+//! are taken in commit order, one transaction of a workspace at a time
+//! (docs/architecture.md, "The changes feed").
 
 use std::time::Duration;
 
@@ -16,13 +19,13 @@ async fn version_of(pool: &PgPool, workspace: Uuid, id: Uuid) -> Option<i64> {
 }
 
 #[tokio::test]
-async fn an_event_arriving_while_a_batch_waits_on_a_row_lock_is_applied_without_waiting_for_it() {
+async fn an_event_of_another_workspace_arriving_while_a_batch_waits_on_a_row_lock_is_applied_without_waiting_for_it() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     // The default settings: two batches in flight.
     let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
     let client = nats.client().await;
-    let workspace = Uuid::new_v4();
+    let (workspace, other_workspace) = (Uuid::new_v4(), Uuid::new_v4());
     let (held, arriving) = (Uuid::new_v4(), Uuid::new_v4());
     publish(&client, &contact_event("created", workspace, held, 1, "Held v1")).await;
     let created = eventually(VISIBLE_WITHIN, || async { version_of(&db.pool, workspace, held).await == Some(1) }).await;
@@ -38,11 +41,11 @@ async fn an_event_arriving_while_a_batch_waits_on_a_row_lock_is_applied_without_
     let waiting = eventually(VISIBLE_WITHIN, || async { db.sessions_waiting_on_a_lock().await > 0 }).await;
     assert!(waiting, "the update never reached the row lock");
 
-    publish(&client, &contact_event("created", workspace, arriving, 1, "Arriving")).await;
+    publish(&client, &contact_event("created", other_workspace, arriving, 1, "Arriving")).await;
 
     let applied =
-        eventually(VISIBLE_WITHIN, || async { version_of(&db.pool, workspace, arriving).await == Some(1) }).await;
-    assert!(applied, "an event published after the held batch waited for it");
+        eventually(VISIBLE_WITHIN, || async { version_of(&db.pool, other_workspace, arriving).await == Some(1) }).await;
+    assert!(applied, "an event of another workspace published after the held batch waited for it");
     assert_eq!(version_of(&db.pool, workspace, held).await, Some(1), "the held batch committed under the lock");
 
     holder.rollback().await.expect("release the row");

@@ -1,0 +1,277 @@
+//! What the process knows of each feed's newest position, and the long polls waiting
+//! on it.
+//!
+//! The read model's triggers notify `lectern_changes` with `<workspace> <table>
+//! <position>` for every committed write. A feed's head is the newest position known;
+//! it is *known* when every committed change of that feed is at or below it, except
+//! changes whose notification is still on its way. That holds for a notified position
+//! (later commits take higher positions and are notified in turn, to a listener that
+//! is up) and for what a query read while the listener was up. So an empty poll at or
+//! past the head needs no SQL statement, and a long poll sleeps until the head moves
+//! past its token.
+//!
+//! As with the other caches, nothing is known while the LISTEN connection is down:
+//! every outage and reconnect starts a new epoch, which makes every head unknown and
+//! wakes every waiting request to look in the database.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::db::first_pages::CHANGES_CHANNEL;
+use crate::db::notifications::Invalidated;
+
+/// Beyond this many feeds, those nobody waits on are forgotten before another is added:
+/// memory stays bounded whatever the number of workspaces written to.
+const MAX_HEADS: usize = 100_000;
+/// An epoch no head is ever known in.
+const UNKNOWN: u64 = u64::MAX;
+
+/// Which feed.
+pub type FeedKey = (&'static str, Uuid);
+
+/// A feed's head, known in `epoch` only.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    newest: i64,
+    epoch: u64,
+}
+
+/// Every feed's head, shared by every request of a process.
+pub struct FeedHeads {
+    heads: Mutex<HashMap<FeedKey, watch::Sender<Head>>>,
+    epoch: AtomicU64,
+    listening: AtomicBool,
+}
+
+impl Default for FeedHeads {
+    fn default() -> Self {
+        Self { heads: Mutex::default(), epoch: AtomicU64::new(0), listening: AtomicBool::new(false) }
+    }
+}
+
+/// Taken before a query, handed back to [`FeedHeads::learn`].
+#[derive(Clone, Copy, Debug)]
+pub struct Ticket {
+    epoch: u64,
+    trusted: bool,
+}
+
+/// A request's view of one feed's head: wakes when it moves or becomes unknown.
+pub struct Watch {
+    receiver: watch::Receiver<Head>,
+}
+
+impl Watch {
+    /// Returns once the head has moved, or become unknown, since this watch was taken
+    /// or last returned.
+    pub async fn changed(&mut self) {
+        if self.receiver.changed().await.is_err() {
+            // The sender stays in the map while a receiver lives; were it gone, nothing
+            // could wake this watch, and the request's deadline ends its wait.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Invalidated for FeedHeads {
+    fn channel(&self) -> &'static str {
+        CHANGES_CHANNEL
+    }
+
+    fn evict(&self, payload: &str) {
+        let mut fields = payload.split(' ');
+        let (workspace, table, position) = (fields.next(), fields.next(), fields.next());
+        let Some(resource) = table.and_then(known_resource) else {
+            // `*` (a truncate) or a payload of another version: nothing is known any more.
+            self.forget_everything();
+            return;
+        };
+        let Some(workspace_id) = workspace.and_then(|text| Uuid::try_parse(text).ok()) else {
+            self.forget_everything();
+            return;
+        };
+        let key = (resource, workspace_id);
+        match position.and_then(|text| text.parse::<i64>().ok()) {
+            Some(position) => {
+                let epoch = self.current_epoch();
+                self.update(key, true, |head| {
+                    if head.epoch == epoch {
+                        head.newest = head.newest.max(position);
+                    } else {
+                        *head = Head { newest: position, epoch };
+                    }
+                });
+            }
+            // Rows deleted: the head cannot say what is left. Unknown until a query says.
+            None => self.update(key, false, |head| head.epoch = UNKNOWN),
+        }
+    }
+
+    fn forget_everything(&self) {
+        let heads = self.lock();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for head in heads.values() {
+            // Wakes the feed's waiting requests, which then look in the database.
+            head.send_modify(|_| {});
+        }
+    }
+
+    fn listening(&self) -> &AtomicBool {
+        &self.listening
+    }
+}
+
+impl FeedHeads {
+    /// The newest position of `key`'s feed, when known.
+    pub fn known(&self, key: FeedKey) -> Option<i64> {
+        if !self.trusted() {
+            return None;
+        }
+        let epoch = self.current_epoch();
+        let heads = self.lock();
+        let head = *heads.get(&key)?.borrow();
+        (head.epoch == epoch).then_some(head.newest)
+    }
+
+    /// Taken before a query whose answer may be [`FeedHeads::learn`]ed.
+    pub fn ticket(&self) -> Ticket {
+        Ticket { trusted: self.trusted(), epoch: self.current_epoch() }
+    }
+
+    /// Records that a query begun at `ticket` found every committed change of `key`'s
+    /// feed at or below `newest`, unless the listener was down meanwhile.
+    pub fn learn(&self, key: FeedKey, ticket: Ticket, newest: i64) {
+        if !ticket.trusted || !self.trusted() || self.current_epoch() != ticket.epoch {
+            return;
+        }
+        let epoch = ticket.epoch;
+        self.update(key, true, |head| {
+            if head.epoch == epoch {
+                head.newest = head.newest.max(newest);
+            } else {
+                *head = Head { newest, epoch };
+            }
+        });
+    }
+
+    /// A watch on `key`'s head, to take before looking for changes so that none
+    /// committed after the look is missed.
+    pub fn watch(&self, key: FeedKey) -> Watch {
+        let mut heads = self.lock();
+        if let Some(head) = heads.get(&key) {
+            return Watch { receiver: head.subscribe() };
+        }
+        make_room(&mut heads);
+        let (sender, receiver) = watch::channel(Head { newest: 0, epoch: UNKNOWN });
+        heads.insert(key, sender);
+        Watch { receiver }
+    }
+
+    /// Feeds tracked now.
+    pub fn tracked(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Changes `key`'s head with `change`; adds it first if `add` and it is not there.
+    fn update(&self, key: FeedKey, add: bool, change: impl FnOnce(&mut Head)) {
+        let mut heads = self.lock();
+        if let Some(head) = heads.get(&key) {
+            head.send_modify(change);
+            return;
+        }
+        if add {
+            make_room(&mut heads);
+            let mut head = Head { newest: 0, epoch: UNKNOWN };
+            change(&mut head);
+            heads.insert(key, watch::Sender::new(head));
+        }
+    }
+
+    fn current_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FeedKey, watch::Sender<Head>>> {
+        // Every change is one insert or one send: a poisoned lock holds a consistent map.
+        self.heads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Forgets the heads nobody waits on once the map is full.
+fn make_room(heads: &mut HashMap<FeedKey, watch::Sender<Head>>) {
+    if heads.len() >= MAX_HEADS {
+        heads.retain(|_, head| head.receiver_count() > 0);
+    }
+}
+
+/// The table names the triggers send, as the resources' own constants.
+fn known_resource(table: &str) -> Option<&'static str> {
+    [lectern_read_model::contacts::TABLE, lectern_read_model::items::TABLE].into_iter().find(|known| *known == table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listening() -> FeedHeads {
+        let heads = FeedHeads::default();
+        heads.reset(true);
+        heads
+    }
+
+    #[test]
+    fn a_notified_position_is_the_known_head_and_only_grows() {
+        let heads = listening();
+        let workspace = Uuid::new_v4();
+        heads.evict(&format!("{workspace} contacts 7"));
+        assert_eq!(heads.known(("contacts", workspace)), Some(7));
+        heads.evict(&format!("{workspace} contacts 5"));
+        assert_eq!(heads.known(("contacts", workspace)), Some(7));
+        assert_eq!(heads.known(("items", workspace)), None, "another table's feed");
+        assert_eq!(heads.known(("contacts", Uuid::new_v4())), None, "another workspace's feed");
+    }
+
+    #[test]
+    fn nothing_is_known_while_the_listener_is_down_nor_learned_across_an_outage() {
+        let heads = listening();
+        let workspace = Uuid::new_v4();
+        let ticket = heads.ticket();
+        heads.reset(false);
+        heads.reset(true);
+        heads.learn(("contacts", workspace), ticket, 3);
+        assert_eq!(heads.known(("contacts", workspace)), None, "learned from a query that spanned an outage");
+        heads.evict(&format!("{workspace} contacts 4"));
+        heads.reset(false);
+        assert_eq!(heads.known(("contacts", workspace)), None, "known while the listener is down");
+    }
+
+    #[test]
+    fn a_delete_or_a_truncate_makes_the_head_unknown() {
+        let heads = listening();
+        let workspace = Uuid::new_v4();
+        heads.evict(&format!("{workspace} items 9"));
+        heads.evict(&format!("{workspace} items"));
+        assert_eq!(heads.known(("items", workspace)), None);
+        heads.evict(&format!("{workspace} items 10"));
+        heads.evict("*");
+        assert_eq!(heads.known(("items", workspace)), None);
+    }
+
+    #[tokio::test]
+    async fn a_watch_wakes_on_its_own_feed_only() {
+        let heads = listening();
+        let (workspace, other) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut watch = heads.watch(("contacts", workspace));
+        heads.evict(&format!("{other} contacts 1"));
+        heads.evict(&format!("{workspace} items 1"));
+        let woke = tokio::time::timeout(std::time::Duration::from_millis(50), watch.changed()).await;
+        assert!(woke.is_err(), "woken by another feed");
+        heads.evict(&format!("{workspace} contacts 1"));
+        let woke = tokio::time::timeout(std::time::Duration::from_secs(1), watch.changed()).await;
+        assert!(woke.is_ok(), "not woken by its own feed");
+    }
+}

@@ -1,0 +1,173 @@
+//! Sync tokens: opaque, signed, never expiring.
+//!
+//! A token carries one number, the feed position its response reached. Its HMAC-SHA256
+//! tag also covers the operation and the workspace, which do not travel in it, and a
+//! label no listing cursor's tag covers: a token replayed in another workspace or
+//! operation, a listing cursor passed as `since`, or a token altered in any byte fails
+//! verification. Signed with the cursor secret, so tokens outlive restarts and
+//! releases for as long as the deployment keeps that secret.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::Sha256;
+use uuid::Uuid;
+
+/// The format's version, first byte of every token.
+const VERSION: u8 = 1;
+const TAG_LEN: usize = 32;
+/// version, position.
+const BODY_LEN: usize = 1 + 8;
+/// What separates a sync token's tag from a cursor's (`lectern-cursor`).
+const LABEL: &[u8] = b"lectern-sync-token";
+
+/// What a token is bound to; both must be equal when it comes back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedScope {
+    /// The table of the feed, which names the operation.
+    pub resource: &'static str,
+    pub workspace_id: Uuid,
+}
+
+/// Why `since` was refused; each message says what to do instead.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error(
+        "is not a syncToken issued by this API; pass a `syncToken` unchanged, `latest`, or nothing to start \
+         from the beginning"
+    )]
+    Malformed,
+    #[error(
+        "does not belong to this feed (sync tokens are bound to the key's workspace and to the operation, and \
+         cannot be altered); pass a `syncToken` of this operation unchanged, or start over without `since`"
+    )]
+    Mismatch,
+}
+
+/// Issues and opens sync tokens under the server's cursor secret.
+#[derive(Clone)]
+pub struct SyncTokens {
+    secret: SecretString,
+}
+
+impl SyncTokens {
+    pub fn new(secret: SecretString) -> Self {
+        Self { secret }
+    }
+
+    /// The token of `position` in `scope`'s feed.
+    pub fn issue(&self, scope: FeedScope, position: i64) -> String {
+        let mut bytes = Vec::with_capacity(BODY_LEN + TAG_LEN);
+        bytes.push(VERSION);
+        bytes.extend_from_slice(&position.to_be_bytes());
+        let tag: [u8; TAG_LEN] = self.mac(scope, &bytes).finalize().into_bytes().into();
+        bytes.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The position `token` carries, if this server issued it for `scope`.
+    pub fn open(&self, token: &str, scope: FeedScope) -> Result<i64, TokenError> {
+        // Anything longer is not ours; refused before decoding.
+        if token.len() > 4 * (BODY_LEN + TAG_LEN) {
+            return Err(TokenError::Malformed);
+        }
+        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| TokenError::Malformed)?;
+        if bytes.len() != BODY_LEN + TAG_LEN || bytes[0] != VERSION {
+            return Err(TokenError::Malformed);
+        }
+        let (body, tag) = bytes.split_at(BODY_LEN);
+        self.mac(scope, body).verify_slice(tag).map_err(|_| TokenError::Mismatch)?;
+        let position = i64::from_be_bytes(body[1..].try_into().map_err(|_| TokenError::Malformed)?);
+        // Only positions this server handed out verify, and those are never negative.
+        if position < 0 {
+            return Err(TokenError::Malformed);
+        }
+        Ok(position)
+    }
+
+    fn mac(&self, scope: FeedScope, body: &[u8]) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.secret.expose_secret().as_bytes())
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+        // Length-prefixed fields, so no two different scopes share an encoding.
+        for field in [LABEL, scope.resource.as_bytes(), scope.workspace_id.as_bytes()] {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+        mac.update(body);
+        mac
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens() -> SyncTokens {
+        SyncTokens::new(SecretString::from("cursor secret".to_owned()))
+    }
+
+    fn scope(workspace_id: Uuid) -> FeedScope {
+        FeedScope { resource: "contacts", workspace_id }
+    }
+
+    #[test]
+    fn a_token_round_trips_its_position() {
+        let workspace = Uuid::new_v4();
+        for position in [0, 1, 41, i64::MAX] {
+            let token = tokens().issue(scope(workspace), position);
+            assert_eq!(tokens().open(&token, scope(workspace)), Ok(position));
+            assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{token}");
+        }
+    }
+
+    #[test]
+    fn every_changed_byte_is_detected() {
+        let workspace = Uuid::new_v4();
+        let bytes = URL_SAFE_NO_PAD.decode(tokens().issue(scope(workspace), 12)).unwrap();
+        for index in 0..bytes.len() {
+            let mut altered = bytes.clone();
+            altered[index] ^= 1;
+            assert!(tokens().open(&URL_SAFE_NO_PAD.encode(altered), scope(workspace)).is_err(), "byte {index}");
+        }
+    }
+
+    #[test]
+    fn a_token_is_bound_to_its_workspace_operation_and_secret() {
+        let workspace = Uuid::new_v4();
+        let token = tokens().issue(scope(workspace), 12);
+        assert_eq!(tokens().open(&token, scope(Uuid::new_v4())), Err(TokenError::Mismatch));
+        assert_eq!(
+            tokens().open(&token, FeedScope { resource: "items", workspace_id: workspace }),
+            Err(TokenError::Mismatch)
+        );
+        let other = SyncTokens::new(SecretString::from("another secret".to_owned()));
+        assert_eq!(other.open(&token, scope(workspace)), Err(TokenError::Mismatch));
+    }
+
+    #[test]
+    fn a_listing_cursor_is_not_a_sync_token() {
+        use crate::listing::cursor::{CursorScope, CursorSigner};
+        use crate::listing::{Position, SortKey};
+        let workspace = Uuid::new_v4();
+        let cursors =
+            CursorSigner::new(SecretString::from("cursor secret".to_owned()), std::time::Duration::from_secs(60));
+        let cursor_scope = CursorScope {
+            resource: "contacts",
+            workspace_id: workspace,
+            kind: "all",
+            search: None,
+            sort: SortKey::Name,
+        };
+        let cursor = cursors.issue(&cursor_scope, &Position::Name { name: "a".to_owned(), id: workspace });
+        assert!(tokens().open(&cursor, scope(workspace)).is_err());
+    }
+
+    #[test]
+    fn garbage_is_malformed_not_a_panic() {
+        let workspace = Uuid::new_v4();
+        for garbage in ["", "!!!", "AAAA", "a", &"A".repeat(10_000), "latest ", "%00", "AQ"] {
+            assert_eq!(tokens().open(garbage, scope(workspace)), Err(TokenError::Malformed), "{garbage:?}");
+        }
+    }
+}
