@@ -26,6 +26,8 @@ pub struct TestApp {
     pub address: SocketAddr,
     pub pool: PgPool,
     pub http: reqwest::Client,
+    /// The running app's state, to see what its caches know.
+    pub state: Arc<AppState>,
 }
 
 /// How a [`TestApp`] differs from the defaults.
@@ -131,8 +133,9 @@ impl TestApp {
             [state.authenticator.clone(), state.first_pages.clone(), state.feed_heads.clone()];
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");
+        let state = application.state();
         tokio::spawn(application.run_until_stopped(shutdown));
-        (Self { address, pool, http: reqwest::Client::new() }, caches)
+        (Self { address, pool, http: reqwest::Client::new(), state }, caches)
     }
 
     pub fn url(&self, path_and_query: &str) -> String {
@@ -157,6 +160,30 @@ impl TestApp {
 
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
         Reply::read(request.send().await.expect("request reaches the app")).await
+    }
+
+    /// Waits until the app has heard the notification of every change committed so far
+    /// to the read model, where it knows a feed's head at all. An empty feed poll is answered from what the app has heard,
+    /// which follows a commit by the notification's delivery: a test that writes and
+    /// then polls at once would otherwise race it.
+    pub async fn heard_every_commit(&self) {
+        let heads: Vec<(String, Uuid, i64)> = sqlx::query_as(
+            "select 'contacts', workspace_id, max(change_position) from contacts group by workspace_id
+             union all
+             select 'items', workspace_id, max(change_position) from items group by workspace_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .expect("read the feeds' heads");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        for (resource, workspace_id, newest) in heads {
+            let resource = if resource == "contacts" { "contacts" } else { "items" };
+            // An unknown head sends the next poll to the database, which has everything.
+            while self.state.feed_heads.known((resource, workspace_id)).is_some_and(|known| known < newest) {
+                assert!(tokio::time::Instant::now() < deadline, "the app did not hear of {resource} {newest} in 10 s");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
     }
 
     /// Follows `nextCursor` from `first` to the end; returns every page's body.

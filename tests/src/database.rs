@@ -28,13 +28,38 @@ pub struct TestDatabase {
 
 impl TestDatabase {
     pub async fn create() -> Self {
-        Self::create_with("").await
+        let database = Self::create_with("").await;
+        database.migrate_up_to(i64::MAX).await;
+        database
+    }
+
+    /// A database with the migrations up to `version` applied, as a deployment of an
+    /// earlier release has it; [`TestDatabase::migrate_up_to`] upgrades it.
+    pub async fn create_at_version(version: i64) -> Self {
+        let database = Self::create_with("").await;
+        database.migrate_up_to(version).await;
+        database
+    }
+
+    /// Applies the migrations up to `version` that are not applied yet.
+    pub async fn migrate_up_to(&self, version: i64) {
+        let all = &lectern_api::db::MIGRATOR;
+        let migrator = sqlx::migrate::Migrator {
+            migrations: all.migrations.iter().filter(|migration| migration.version <= version).cloned().collect(),
+            ignore_missing: all.ignore_missing,
+            locking: all.locking,
+            no_tx: all.no_tx,
+        };
+        migrator.run(&self.pool).await.expect("apply migrations");
     }
 
     /// A database whose server encoding is `encoding` (e.g. `LATIN1`), which refuses in
     /// `text` the characters it lacks, as a deployment's older database might.
     pub async fn create_with_encoding(encoding: &str) -> Self {
-        Self::create_with(&format!("encoding '{encoding}' template template0 lc_collate 'C' lc_ctype 'C'")).await
+        let database =
+            Self::create_with(&format!("encoding '{encoding}' template template0 lc_collate 'C' lc_ctype 'C'")).await;
+        database.migrate_up_to(i64::MAX).await;
+        database
     }
 
     async fn create_with(options: &str) -> Self {
@@ -52,7 +77,6 @@ impl TestDatabase {
         let url = options.to_url_lossy().to_string();
         let pool =
             PgPoolOptions::new().max_connections(20).connect_with(options).await.expect("connect to test database");
-        lectern_api::db::MIGRATOR.run(&pool).await.expect("apply migrations");
         Self { pool, url, name }
     }
 

@@ -106,6 +106,11 @@ impl Application {
         Self { limits, ..self }
     }
 
+    /// The state its requests share (tests look at its caches).
+    pub fn state(&self) -> Arc<AppState> {
+        self.state.clone()
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.local_addr().ok()
     }

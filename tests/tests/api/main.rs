@@ -8,6 +8,7 @@
 )]
 
 mod auth;
+mod changes;
 mod cli;
 mod columns;
 mod connections;

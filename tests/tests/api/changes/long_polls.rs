@@ -1,0 +1,158 @@
+//! Rule 6: a request that finds nothing after `since` and asks to `wait` is answered as
+//! soon as a change of its workspace and resource commits, or after its seconds with
+//! no data; it holds no database connection meanwhile, and a shutdown answers it. And
+//! an empty poll at the head the process knows runs no SQL statement.
+
+use std::time::{Duration, Instant};
+
+use lectern_api::keys::Scope;
+use lectern_tests::app::{Reply, TestApp};
+use lectern_tests::seed::{insert_contacts, ContactSeed};
+use lectern_tests::TestDatabase;
+use uuid::Uuid;
+
+use super::{changes, follow, ids, token};
+use crate::items::ItemSeed;
+
+const CONTACTS: &str = "/v1/contacts/changes";
+
+/// A request sent now, answered later.
+fn send(app: &TestApp, key: &str, path_and_query: String) -> tokio::task::JoinHandle<(Reply, Duration)> {
+    let request = app.http.get(app.url(&path_and_query)).header("X-API-Key", key);
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let reply = Reply::read(request.send().await.expect("request reaches the app")).await;
+        (reply, started.elapsed())
+    })
+}
+
+/// Lets a request sent with [`send`] reach its wait.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test]
+async fn a_waiting_request_is_answered_with_its_workspaces_change_once_it_commits() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    insert_contacts(&db.pool, workspace, "Before", 2).await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+
+    let waiting = send(&app, &key, format!("{CONTACTS}?since={since}&wait=25"));
+    settle().await;
+    assert!(!waiting.is_finished(), "answered before anything changed");
+    let new = ContactSeed::named("Committed while it waited").insert(&db.pool, workspace).await;
+    let (reply, took) = waiting.await.expect("the request");
+    assert_eq!(changes(&reply), [(new.to_string(), "upserted".to_owned())], "{}", reply.text);
+    assert!(took < Duration::from_secs(20), "answered after {took:?}, not at the commit");
+}
+
+#[tokio::test]
+async fn another_workspaces_or_resources_change_never_ends_a_wait_early() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    let other = Uuid::new_v4();
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+
+    let waiting = send(&app, &key, format!("{CONTACTS}?since={since}&wait=2"));
+    settle().await;
+    ContactSeed::named("Another workspace's").insert(&db.pool, other).await;
+    ItemSeed::named("Same workspace, another resource").insert(&db.pool, workspace).await;
+    let (reply, took) = waiting.await.expect("the request");
+    assert!(changes(&reply).is_empty(), "{}", reply.text);
+    assert!(took >= Duration::from_millis(1_900), "a wait of 2 s ended after {took:?}");
+}
+
+#[tokio::test]
+async fn a_wait_that_sees_no_change_ends_after_its_seconds_with_no_data_and_the_same_position() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    insert_contacts(&db.pool, workspace, "Before", 1).await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+
+    let (reply, took) = send(&app, &key, format!("{CONTACTS}?since={since}&wait=1")).await.expect("the request");
+    assert!(changes(&reply).is_empty(), "{}", reply.text);
+    assert_eq!(reply.body["hasMore"], false);
+    assert_eq!(token(&reply), since, "nothing new: the token stays where it was");
+    assert!(took >= Duration::from_millis(900), "a wait of 1 s ended after {took:?}");
+    // From the beginning there is something, so no wait at all.
+    let (reply, took) = send(&app, &key, format!("{CONTACTS}?wait=30")).await.expect("the request");
+    assert_eq!(reply.data().len(), 1);
+    assert!(took < Duration::from_secs(10), "waited with changes ready: {took:?}");
+}
+
+#[tokio::test]
+async fn a_shutdown_answers_waiting_requests_at_once() {
+    let db = TestDatabase::create().await;
+    let (app, stop) = TestApp::spawn_stoppable(db.pool.clone()).await;
+    let (_, key) = app.workspace_with_key().await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+
+    let waiting = send(&app, &key, format!("{CONTACTS}?since={since}&wait=30"));
+    settle().await;
+    stop.send(()).expect("the app is running");
+    let (reply, took) = waiting.await.expect("the request");
+    assert!(changes(&reply).is_empty(), "{}", reply.text);
+    assert!(took < Duration::from_secs(5), "a wait of 30 s was answered {took:?} after it began, not at shutdown");
+}
+
+#[tokio::test]
+async fn waiting_requests_hold_no_database_connection() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    insert_contacts(&db.pool, workspace, "Listed", 3).await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+
+    // Far more than the workspace's share of connections (a quarter of 20), and than
+    // the whole pool.
+    let waiting: Vec<_> = (0..40).map(|_| send(&app, &key, format!("{CONTACTS}?since={since}&wait=6"))).collect();
+    settle().await;
+    let listing = app.get(&key, "/v1/contacts?limit=2&sort=name").await;
+    listing.assert_ok();
+    let from_the_beginning = app.get(&key, CONTACTS).await;
+    assert_eq!(from_the_beginning.data().len(), 3, "{}", from_the_beginning.text);
+    assert!(waiting.iter().all(|request| !request.is_finished()), "a wait ended early");
+
+    let new = ContactSeed::named("Wakes them all").insert(&db.pool, workspace).await;
+    for request in waiting {
+        let (reply, _) = request.await.expect("the request");
+        assert_eq!(ids(reply.data()), [new.to_string()], "{}", reply.text);
+    }
+}
+
+#[tokio::test]
+async fn an_empty_poll_at_the_known_head_runs_no_statement() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let workspace = Uuid::new_v4();
+    let key = app.key(workspace, &[Scope::ContactsRead]).await;
+    insert_contacts(&db.pool, workspace, "Seen", 2).await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+    let latest = app.get(&key, &format!("{CONTACTS}?since=latest")).await;
+    latest.assert_ok();
+
+    // Any statement on the table would now wait for the lock, far longer than this test.
+    let mut locker = db.pool.begin().await.expect("begin");
+    sqlx::query("lock table contacts, change_counters in access exclusive mode")
+        .execute(&mut *locker)
+        .await
+        .expect("lock the feed's tables");
+    for since in [since.clone(), token(&latest)] {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(5),
+            app.get(&key, &format!("{CONTACTS}?since={}", lectern_tests::app::urlencode(&since))),
+        )
+        .await
+        .expect("an empty poll at the known head waited for the database");
+        assert!(changes(&reply).is_empty(), "{}", reply.text);
+    }
+    let latest_again = tokio::time::timeout(Duration::from_secs(5), app.get(&key, &format!("{CONTACTS}?since=latest")))
+        .await
+        .expect("`latest` at the known head waited for the database");
+    assert_eq!(token(&latest_again), token(&latest));
+    locker.rollback().await.expect("unlock");
+}
