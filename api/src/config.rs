@@ -118,7 +118,8 @@ pub struct SecretArgs {
     /// Pepper under which key secrets are hashed (HMAC-SHA256); at least 32 bytes in production.
     #[arg(long, env = "LECTERN_KEY_PEPPER", value_parser = secret, hide_env_values = true)]
     pub key_pepper: Option<SecretString>,
-    /// Secret that signs cursors (HMAC-SHA256); at least 32 bytes in production.
+    /// Secret that signs cursors and sync tokens (HMAC-SHA256); at least 32 bytes in production.
+    /// Sync tokens never expire: keep it for good.
     #[arg(long, env = "LECTERN_CURSOR_SECRET", value_parser = secret, hide_env_values = true)]
     pub cursor_secret: Option<SecretString>,
     /// Production mode: refuse to start without real secrets (set LECTERN_PRODUCTION=1).

@@ -14,6 +14,12 @@ use crate::db::notifications::ListenerHealth;
 /// Names of the metrics the API records (one place, so docs/operations.md and tests agree).
 pub mod names {
     pub const HTTP_REQUESTS: &str = "lectern_http_requests_total";
+    /// Looks at a feed that found nothing new (a poll, or a long poll's wake-up), by
+    /// where the answer came from (`memory`: the process knew the feed's head;
+    /// `database`: it had to query).
+    pub const FEED_EMPTY_POLLS: &str = "lectern_api_feed_empty_polls_total";
+    /// Feed requests waiting for a change now (`wait`), holding no connection.
+    pub const FEED_WAITING: &str = "lectern_api_feed_waiting_requests";
     pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
     pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
     pub const FIRST_PAGE_CACHE: &str = "lectern_first_page_cache_lookups_total";
@@ -104,8 +110,10 @@ pub fn route_of(path: &str) -> &'static str {
     let mut segments = path.trim_end_matches('/').split('/').skip(1);
     match (segments.next(), segments.next(), segments.next(), segments.next()) {
         (Some("v1"), Some("contacts"), None, _) => "/v1/contacts",
+        (Some("v1"), Some("contacts"), Some("changes"), None) => "/v1/contacts/changes",
         (Some("v1"), Some("contacts"), Some(_), None) => "/v1/contacts/{id}",
         (Some("v1"), Some("items"), None, _) => "/v1/items",
+        (Some("v1"), Some("items"), Some("changes"), None) => "/v1/items/changes",
         (Some("v1"), Some("items"), Some(_), None) => "/v1/items/{id}",
         (Some("v1"), Some("openapi.json"), None, _) => "/v1/openapi.json",
         (Some("healthz"), None, _, _) => "/healthz",
@@ -125,6 +133,8 @@ mod tests {
         assert_eq!(route_of("/v1/contacts/"), "/v1/contacts");
         assert_eq!(route_of("/v1/contacts/3f1c0e7a-0000-4000-8000-000000000000"), "/v1/contacts/{id}");
         assert_eq!(route_of("/v1/items/anything"), "/v1/items/{id}");
+        assert_eq!(route_of("/v1/contacts/changes"), "/v1/contacts/changes");
+        assert_eq!(route_of("/v1/items/changes"), "/v1/items/changes");
         assert_eq!(route_of("/v1/items/a/b"), "unmatched");
         assert_eq!(route_of("/wp-admin/login.php"), "unmatched");
         assert_eq!(route_of("/readyz"), "/readyz");

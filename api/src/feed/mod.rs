@@ -26,6 +26,7 @@ use crate::db::listing::Resource;
 use crate::error::ApiError;
 use crate::http::request_id::RequestId;
 use crate::http::AppState;
+use crate::operations::names::{FEED_EMPTY_POLLS as EMPTY_POLLS, FEED_WAITING};
 use heads::FeedKey;
 use params::{FeedLimit, Since, WaitSeconds};
 use token::FeedScope;
@@ -71,10 +72,13 @@ pub async fn changes_page<R: Resource>(
     };
     let limit = params.limit.get();
     let deadline = Instant::now() + params.wait.duration();
+    let mut waiting: Option<Waiting> = None;
     loop {
         // Taken before looking, so that a change committed after the look wakes it.
         let mut watch = state.feed_heads.watch(key);
-        if state.feed_heads.known(key).is_none_or(|newest| newest > since) {
+        let known_empty = state.feed_heads.known(key).is_some_and(|newest| newest <= since);
+        let answered = if known_empty { "memory" } else { "database" };
+        if !known_empty {
             let ticket = state.feed_heads.ticket();
             // One row more than the page tells whether more are ready.
             let rows =
@@ -88,9 +92,11 @@ pub async fn changes_page<R: Resource>(
             }
             state.feed_heads.learn(key, ticket, since);
         }
+        metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => answered).increment(1);
         if Instant::now() >= deadline || state.shutdown.is_cancelled() {
             break;
         }
+        waiting.get_or_insert_with(|| Waiting::new(R::NAME));
         tokio::select! {
             biased;
             () = state.shutdown.cancelled() => break,
@@ -99,6 +105,23 @@ pub async fn changes_page<R: Resource>(
         }
     }
     body::<R>(state, scope, &[], false, since)
+}
+
+/// A request counted in the waiting gauge until it is answered (or dropped, when its
+/// client goes away).
+struct Waiting(&'static str);
+
+impl Waiting {
+    fn new(resource: &'static str) -> Self {
+        metrics::gauge!(FEED_WAITING, "resource" => resource).increment(1.0);
+        Self(resource)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics::gauge!(FEED_WAITING, "resource" => self.0).decrement(1.0);
+    }
 }
 
 /// `{"data":[…],"hasMore":…,"syncToken":…,"requestId":…}`.

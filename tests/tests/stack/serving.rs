@@ -6,11 +6,12 @@ use std::collections::BTreeSet;
 use lectern_api::db::MIGRATOR;
 use lectern_fixtures::demo::{demo_events, expected_active_counts, DEMO_WORKSPACE};
 use lectern_schema::events::EntityKind;
-use lectern_tests::binaries::lectern_api;
+use lectern_tests::binaries::{lectern_api, lectern_projector};
 use lectern_tests::nats::{free_port, TestNats};
 use lectern_tests::process::run_to_end;
 use lectern_tests::Reply;
 use serde_json::json;
+use uuid::Uuid;
 
 use crate::support::{
     active_ids, connect, database_exists, ids, inactive_ids, missing_database, served, Dev, PROCESS_TIMEOUT,
@@ -168,4 +169,55 @@ async fn dev_warns_once_about_each_public_development_secret_it_uses() {
         let warnings = ended.stderr.matches(&format!("{setting} is not set")).count();
         assert_eq!(warnings, 1, "{setting} warned {warnings} times:\n{}", ended.stderr);
     }
+}
+
+#[tokio::test]
+async fn dev_serves_the_demo_history_in_the_changes_feed_and_a_published_change_to_a_waiting_request() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let app = dev.printed.app(connect(&url).await);
+    let key = dev.printed.key.clone();
+
+    // The whole history from the beginning: each demo contact once, as it ends.
+    let mut upserted = Vec::new();
+    let mut removed = Vec::new();
+    let mut since = String::new();
+    loop {
+        let query = if since.is_empty() { String::new() } else { format!("&since={since}") };
+        let reply = app.get(&key, &format!("/v1/contacts/changes?limit=100{query}")).await;
+        reply.assert_ok();
+        for entry in reply.data() {
+            let id: Uuid = entry["id"].as_str().and_then(|id| id.parse().ok()).expect("an id");
+            match entry["change"].as_str() {
+                Some("upserted") => upserted.push(id),
+                _ => removed.push(id),
+            }
+        }
+        since = reply.body["syncToken"].as_str().expect("a token").to_owned();
+        if reply.body["hasMore"] == false {
+            break;
+        }
+    }
+    upserted.sort_unstable();
+    removed.sort_unstable();
+    assert_eq!(upserted, active_ids(EntityKind::Contact), "every active demo contact, once");
+    assert_eq!(removed, inactive_ids(EntityKind::Contact), "every archived or deleted demo contact, once");
+
+    // The README's tour: a request waiting on the feed, then `lectern-projector publish`.
+    let waiting =
+        app.http.get(app.url(&format!("/v1/contacts/changes?since={since}&wait=30"))).header("X-API-Key", &key);
+    let waiting = tokio::spawn(async move { Reply::read(waiting.send().await.expect("the waiting request")).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/events/examples/contact.updated.json");
+    let published =
+        run_to_end(&lectern_projector(), &["publish", example], &[("NATS_URL", &nats.url)], PROCESS_TIMEOUT).await;
+    published.assert_success();
+    let reply = waiting.await.expect("the waiting request");
+    reply.assert_ok();
+    let entries = reply.data();
+    assert_eq!(entries.len(), 1, "{}", reply.text);
+    assert_eq!(entries[0]["id"], "b3c6a1d2-2f0e-4c1b-9a9e-7e3d5c2b1a00", "{}", reply.text);
+    assert_eq!(entries[0]["change"], "upserted");
+    dev.stop().await;
 }

@@ -106,6 +106,7 @@ impl QuickStart {
             address: self.api.parse().expect("the printed API address"),
             pool,
             http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client"),
+            state: None,
         }
     }
 
