@@ -115,3 +115,24 @@ async fn an_upgraded_deployment_serves_every_record_it_already_had_and_its_token
     assert_eq!(ids(reply.data()), [new.to_string()], "{}", reply.text);
     assert_ne!(token(&reply), since);
 }
+
+#[tokio::test]
+async fn every_byte_in_since_is_a_400_naming_it_never_a_server_error() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    insert_contacts(&db.pool, workspace, "Seen", 1).await;
+    let (_, genuine) = follow(&app, &key, CONTACTS, None, 100).await;
+    for byte in 0..=u8::MAX {
+        let mut cases = vec![format!("%{byte:02X}")];
+        // In place of a token's fifth character, unless that is the character it has.
+        if byte != genuine.as_bytes()[4] {
+            cases.push(format!("{}%{byte:02X}{}", &genuine[..4], &genuine[5..]));
+        }
+        for since in cases {
+            let reply = app.get(&key, &format!("{CONTACTS}?since={since}")).await;
+            reply.assert_error(400, "VALIDATION_ERROR");
+            assert!(reply.details().iter().any(|detail| detail.starts_with("since")), "{since}: {}", reply.text);
+        }
+    }
+}
