@@ -9,6 +9,7 @@
 //!   contract's assertions.
 //! - [`seed`]: records and keys written the way the projector and `keys create` would.
 //! - [`binaries`]: paths to the workspace's built binaries.
+//! - [`history`]: random histories of contacts and items, for the convergence tests.
 //! - [`nats`]: a private nats-server with JetStream per test.
 //! - [`projector`]: the projector's run loop in-process, and publishing events.
 //! - [`process`]: a long-running binary under test, its logs and its SIGTERM.
@@ -19,6 +20,7 @@
 pub mod app;
 pub mod binaries;
 pub mod database;
+pub mod history;
 pub mod nats;
 pub mod postgres;
 pub mod process;

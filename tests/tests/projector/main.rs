@@ -12,6 +12,7 @@ mod dead_letter_bytes;
 mod dead_letters;
 mod durable_acks;
 mod end_to_end;
+mod feed_convergence;
 mod operations;
 mod pending_lists;
 mod process;
