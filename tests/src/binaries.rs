@@ -31,6 +31,10 @@ fn built(name: &str) -> PathBuf {
         .expect("test binary lives in target/<profile>/deps");
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", name, "--bin", name])
+        // `cargo test` sets it to this crate's directory for the test process; inherited,
+        // it differs from the outer build's and makes ring's build script (which watches
+        // it) run again, rebuilding the TLS stack and the binaries on every run.
+        .env_remove("CARGO_MANIFEST_DIR")
         .status()
         .expect("run cargo build");
     assert!(status.success(), "building {name} failed");

@@ -437,9 +437,21 @@ fn operations_are_the_contacts_and_items_operations() {
     assert_eq!(get_contact(&document)["operationId"], "getContact");
     assert_eq!(document["paths"]["/v1/items"]["get"]["operationId"], "listItems");
     assert_eq!(document["paths"]["/v1/items/{id}"]["get"]["operationId"], "getItem");
+    assert_eq!(document["paths"]["/v1/contacts/changes"]["get"]["operationId"], "listContactChanges");
+    assert_eq!(document["paths"]["/v1/items/changes"]["get"]["operationId"], "listItemChanges");
     let paths: BTreeSet<&str> = document["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
-    assert_eq!(paths, BTreeSet::from(["/v1/contacts", "/v1/contacts/{id}", "/v1/items", "/v1/items/{id}"]));
-    for path in ["/v1/items", "/v1/items/{id}"] {
+    assert_eq!(
+        paths,
+        BTreeSet::from([
+            "/v1/contacts",
+            "/v1/contacts/changes",
+            "/v1/contacts/{id}",
+            "/v1/items",
+            "/v1/items/changes",
+            "/v1/items/{id}"
+        ])
+    );
+    for path in ["/v1/items", "/v1/items/{id}", "/v1/contacts/changes", "/v1/items/changes"] {
         let operation = &document["paths"][path]["get"];
         assert_eq!(operation["security"], json!([{ "WorkspaceApiKey": [] }]), "{path}");
     }
@@ -793,4 +805,44 @@ async fn served_error_bodies_conform_to_the_error_schema() {
     assert_conforms(&document, get_contact(&document), &missing);
     assert_eq!(sorted_keys(&missing.body), error_fields);
     assert_eq!(invalid.details().len(), 2, "{}", invalid.text);
+}
+
+#[test]
+fn the_feed_operations_document_since_limit_wait_and_every_field_of_a_change() {
+    let document = document();
+    for (path, record) in [("/v1/contacts/changes", "Contact"), ("/v1/items/changes", "Item")] {
+        let operation = operation(&document, path);
+        assert_eq!(statuses(operation), ["200", "400", "401", "403", "414", "429", "431", "500", "503"], "{path}");
+        let names: BTreeSet<&str> =
+            query_parameters(operation).iter().map(|parameter| parameter["name"].as_str().expect("a name")).collect();
+        assert_eq!(names, BTreeSet::from(["limit", "since", "wait"]), "{path}");
+        let bounds = |name: &str| {
+            let schema = &parameter(operation, name)["schema"];
+            [&schema["minimum"], &schema["maximum"], &schema["default"]].map(Value::as_f64)
+        };
+        assert_eq!(bounds("limit"), [Some(1.0), Some(100.0), Some(100.0)], "{path}");
+        assert_eq!(bounds("wait"), [Some(0.0), Some(30.0), Some(0.0)], "{path}");
+        assert_eq!(parameter(operation, "since")["required"], false, "{path}");
+
+        let page = response_schema(&document, operation, "200");
+        assert_eq!(property_names(page), BTreeSet::from(["data", "hasMore", "requestId", "syncToken"]), "{path}");
+        assert_eq!(page["additionalProperties"], false);
+        let change_name = page["properties"]["data"]["items"]["$ref"]
+            .as_str()
+            .and_then(|reference| reference.rsplit('/').next())
+            .expect("data items are a named schema");
+        let change = &document["components"]["schemas"][change_name];
+        assert_eq!(property_names(change), BTreeSet::from(["change", "id", "record"]), "{path}");
+        let mut required: Vec<&str> =
+            change["required"].as_array().expect("required").iter().filter_map(Value::as_str).collect();
+        required.sort_unstable();
+        assert_eq!(required, ["change", "id", "record"], "record is required and nullable, never absent");
+        assert_eq!(
+            change["properties"]["record"]["anyOf"],
+            json!([{ "$ref": format!("#/components/schemas/{record}") }, { "type": "null" }]),
+            "{path}"
+        );
+        let kind = change["properties"]["change"]["$ref"].as_str().and_then(|r| r.rsplit('/').next()).expect("a ref");
+        assert_eq!(document["components"]["schemas"][kind]["enum"], json!(["upserted", "removed"]));
+    }
 }
