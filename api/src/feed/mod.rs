@@ -17,6 +17,8 @@ pub mod heads;
 pub mod params;
 pub mod token;
 
+use std::marker::PhantomData;
+
 use lectern_schema::json::{write_str, WriteJson};
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -50,49 +52,22 @@ pub async fn changes_page<R: Resource>(
     workspace_id: Uuid,
     params: ChangesParams,
 ) -> Result<Vec<u8>, ApiError> {
-    let scope = FeedScope { resource: R::NAME, workspace_id };
-    let key: FeedKey = (R::NAME, workspace_id);
+    let feed = Feed::<R> { state, scope: FeedScope { resource: R::NAME, workspace_id }, resource: PhantomData };
     let since = match &params.since {
         None => 0,
-        Some(Since::Latest) => {
-            let newest = match state.feed_heads.known(key) {
-                Some(newest) => newest,
-                None => {
-                    let ticket = state.feed_heads.ticket();
-                    let newest = newest_position::<R>(&state.reads, workspace_id).await?;
-                    state.feed_heads.learn(key, ticket, newest);
-                    newest
-                }
-            };
-            return body::<R>(state, scope, &[], false, newest);
-        }
+        Some(Since::Latest) => return feed.body(&[], false, feed.newest().await?),
         Some(Since::Token(token)) => {
-            state.sync_tokens.open(token, scope).map_err(|problem| ApiError::invalid("since", problem))?
+            state.sync_tokens.open(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
         }
     };
-    let limit = params.limit.get();
     let deadline = Instant::now() + params.wait.duration();
     let mut waiting: Option<Waiting> = None;
     loop {
         // Taken before looking, so that a change committed after the look wakes it.
-        let mut watch = state.feed_heads.watch(key);
-        let known_empty = state.feed_heads.known(key).is_some_and(|newest| newest <= since);
-        let answered = if known_empty { "memory" } else { "database" };
-        if !known_empty {
-            let ticket = state.feed_heads.ticket();
-            // One row more than the page tells whether more are ready.
-            let rows =
-                fetch_changes::<R>(&state.reads, workspace_id, since, i64::try_from(limit + 1).unwrap_or(101)).await?;
-            if let Some(last) = rows.get(..limit.min(rows.len())).and_then(<[ChangedRow]>::last) {
-                let has_more = rows.len() > limit;
-                if !has_more {
-                    state.feed_heads.learn(key, ticket, last.position);
-                }
-                return body::<R>(state, scope, &rows[..limit.min(rows.len())], has_more, last.position);
-            }
-            state.feed_heads.learn(key, ticket, since);
+        let mut watch = state.feed_heads.watch(feed.key());
+        if let Some(page) = feed.look(since, params.limit.get()).await? {
+            return Ok(page);
         }
-        metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => answered).increment(1);
         if Instant::now() >= deadline || state.shutdown.is_cancelled() {
             break;
         }
@@ -104,7 +79,85 @@ pub async fn changes_page<R: Resource>(
             () = watch.changed() => {}
         }
     }
-    body::<R>(state, scope, &[], false, since)
+    feed.body(&[], false, since)
+}
+
+/// One workspace's feed of `R`.
+struct Feed<'a, R> {
+    state: &'a AppState,
+    scope: FeedScope,
+    resource: PhantomData<R>,
+}
+
+impl<R: Resource> Feed<'_, R> {
+    fn key(&self) -> FeedKey {
+        (self.scope.resource, self.scope.workspace_id)
+    }
+
+    /// The feed's newest position: its known head, or the counter's value.
+    async fn newest(&self) -> Result<i64, ApiError> {
+        let heads = &self.state.feed_heads;
+        if let Some(newest) = heads.known(self.key()) {
+            return Ok(newest);
+        }
+        let ticket = heads.ticket();
+        let newest = newest_position::<R>(&self.state.reads, self.scope.workspace_id).await?;
+        heads.learn(self.key(), ticket, newest);
+        Ok(newest)
+    }
+
+    /// The page of up to `limit` changes after `since`, or `None` when there is none:
+    /// from memory when the feed's head is known to be at or before `since`.
+    async fn look(&self, since: i64, limit: usize) -> Result<Option<Vec<u8>>, ApiError> {
+        let heads = &self.state.feed_heads;
+        if heads.known(self.key()).is_some_and(|newest| newest <= since) {
+            metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
+            return Ok(None);
+        }
+        let ticket = heads.ticket();
+        // One row more than the page tells whether more are ready.
+        let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
+        let rows = fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?;
+        let page = &rows[..limit.min(rows.len())];
+        let Some(last) = page.last() else {
+            heads.learn(self.key(), ticket, since);
+            metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "database").increment(1);
+            return Ok(None);
+        };
+        let has_more = rows.len() > limit;
+        if !has_more {
+            heads.learn(self.key(), ticket, last.position);
+        }
+        self.body(page, has_more, last.position).map(Some)
+    }
+
+    /// `{"data":[…],"hasMore":…,"syncToken":…,"requestId":…}`, the token at `position`.
+    fn body(&self, changes: &[ChangedRow], has_more: bool, position: i64) -> Result<Vec<u8>, ApiError> {
+        let mut body = Vec::with_capacity(changes.len() * CHANGE_BYTES + ENVELOPE_BYTES);
+        body.extend_from_slice(b"{\"data\":[");
+        for (index, change) in changes.iter().enumerate() {
+            if index > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(b"{\"id\":\"");
+            body.extend_from_slice(change.id.hyphenated().encode_lower(&mut Uuid::encode_buffer()).as_bytes());
+            if change.active {
+                body.extend_from_slice(b"\",\"change\":\"upserted\",\"record\":");
+                R::record(&change.row)?.write_json(&mut body).map_err(|error| ApiError::Internal(Box::new(error)))?;
+                body.push(b'}');
+            } else {
+                body.extend_from_slice(b"\",\"change\":\"removed\",\"record\":null}");
+            }
+        }
+        body.extend_from_slice(b"],\"hasMore\":");
+        body.extend_from_slice(if has_more { b"true" } else { b"false" });
+        body.extend_from_slice(b",\"syncToken\":");
+        write_str(&mut body, &self.state.sync_tokens.issue(self.scope, position));
+        body.extend_from_slice(b",\"requestId\":");
+        write_str(&mut body, RequestId::current().as_str());
+        body.push(b'}');
+        Ok(body)
+    }
 }
 
 /// A request counted in the waiting gauge until it is answered (or dropped, when its
@@ -122,38 +175,4 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         metrics::gauge!(FEED_WAITING, "resource" => self.0).decrement(1.0);
     }
-}
-
-/// `{"data":[…],"hasMore":…,"syncToken":…,"requestId":…}`.
-fn body<R: Resource>(
-    state: &AppState,
-    scope: FeedScope,
-    changes: &[ChangedRow],
-    has_more: bool,
-    position: i64,
-) -> Result<Vec<u8>, ApiError> {
-    let mut body = Vec::with_capacity(changes.len() * CHANGE_BYTES + ENVELOPE_BYTES);
-    body.extend_from_slice(b"{\"data\":[");
-    for (index, change) in changes.iter().enumerate() {
-        if index > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(b"{\"id\":\"");
-        body.extend_from_slice(change.id.hyphenated().encode_lower(&mut Uuid::encode_buffer()).as_bytes());
-        if change.active {
-            body.extend_from_slice(b"\",\"change\":\"upserted\",\"record\":");
-            R::record(&change.row)?.write_json(&mut body).map_err(|error| ApiError::Internal(Box::new(error)))?;
-            body.push(b'}');
-        } else {
-            body.extend_from_slice(b"\",\"change\":\"removed\",\"record\":null}");
-        }
-    }
-    body.extend_from_slice(b"],\"hasMore\":");
-    body.extend_from_slice(if has_more { b"true" } else { b"false" });
-    body.extend_from_slice(b",\"syncToken\":");
-    write_str(&mut body, &state.sync_tokens.issue(scope, position));
-    body.extend_from_slice(b",\"requestId\":");
-    write_str(&mut body, RequestId::current().as_str());
-    body.push(b'}');
-    Ok(body)
 }
