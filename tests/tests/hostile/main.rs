@@ -9,5 +9,6 @@
 
 mod cursor;
 mod events;
+mod feed;
 mod query;
 mod world;
