@@ -35,6 +35,13 @@ pub enum ApiError {
     /// (see `db::workspace_shares`); `Retry-After` is a second.
     #[error("Too many requests at once for this workspace: its statements use its whole share of the database; retry after 1 s.")]
     WorkspaceBusy,
+    /// 429 `RATE_LIMITED`: the workspace already has its most requests waiting on its
+    /// changes feeds (see `feed::heads::WAITING_PER_WORKSPACE`); `Retry-After` is a second.
+    #[error(
+        "Too many requests waiting at once for this workspace: {0} feed requests with `wait` are held already; \
+         retry after 1 s, or without `wait`."
+    )]
+    TooManyWaiting(usize),
     /// 503 `SERVICE_UNAVAILABLE`: the database is unreachable or saturated; retry later.
     /// Shared, because one failed statement may answer a whole batch of lookups.
     #[error("the database is unavailable")]
@@ -79,7 +86,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::RateLimited { .. } | Self::WorkspaceBusy => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited { .. } | Self::WorkspaceBusy | Self::TooManyWaiting(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestFailed { status, .. } => *status,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -16,19 +16,25 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::db::first_pages::CHANGES_CHANNEL;
 use crate::db::notifications::Invalidated;
+use crate::operations::names::FEED_WAITING;
 
 /// Beyond this many feeds, those nobody waits on are forgotten before another is added:
 /// memory stays bounded whatever the number of workspaces written to.
 const MAX_HEADS: usize = 100_000;
 /// An epoch no head is ever known in.
 const UNKNOWN: u64 = u64::MAX;
+/// Most requests one workspace may have waiting (`wait`) at once, over both its feeds.
+/// A waiting request holds no database connection but does hold one of the server's
+/// connections: without a bound one workspace's long polls could take them all. An
+/// integration needs one or two per feed.
+pub const WAITING_PER_WORKSPACE: usize = 64;
 
 /// Which feed.
 pub type FeedKey = (&'static str, Uuid);
@@ -45,11 +51,39 @@ pub struct FeedHeads {
     heads: Mutex<HashMap<FeedKey, watch::Sender<Head>>>,
     epoch: AtomicU64,
     listening: AtomicBool,
+    /// Requests waiting now, per workspace.
+    waiting: Mutex<HashMap<Uuid, usize>>,
 }
 
 impl Default for FeedHeads {
     fn default() -> Self {
-        Self { heads: Mutex::default(), epoch: AtomicU64::new(0), listening: AtomicBool::new(false) }
+        Self {
+            heads: Mutex::default(),
+            epoch: AtomicU64::new(0),
+            listening: AtomicBool::new(false),
+            waiting: Mutex::default(),
+        }
+    }
+}
+
+/// A request counted among its workspace's waiting ones until it is dropped (answered,
+/// or abandoned by its client).
+pub struct Waiting {
+    heads: Arc<FeedHeads>,
+    key: FeedKey,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut waiting = self.heads.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = waiting.get_mut(&self.key.1) {
+            *count -= 1;
+            if *count == 0 {
+                waiting.remove(&self.key.1);
+            }
+        }
+        drop(waiting);
+        metrics::gauge!(FEED_WAITING, "resource" => self.key.0).decrement(1.0);
     }
 }
 
@@ -171,6 +205,20 @@ impl FeedHeads {
         Watch { receiver }
     }
 
+    /// Counts a request of `key`'s feed as waiting, unless its workspace has
+    /// [`WAITING_PER_WORKSPACE`] waiting already.
+    pub fn start_waiting(self: &Arc<Self>, key: FeedKey) -> Option<Waiting> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = waiting.entry(key.1).or_insert(0);
+        if *count >= WAITING_PER_WORKSPACE {
+            return None;
+        }
+        *count += 1;
+        drop(waiting);
+        metrics::gauge!(FEED_WAITING, "resource" => key.0).increment(1.0);
+        Some(Waiting { heads: self.clone(), key })
+    }
+
     /// Feeds tracked now.
     pub fn tracked(&self) -> usize {
         self.lock().len()
@@ -259,6 +307,19 @@ mod tests {
         heads.evict(&format!("{workspace} items 10"));
         heads.evict("*");
         assert_eq!(heads.known(("items", workspace)), None);
+    }
+
+    #[test]
+    fn a_workspace_has_at_most_its_share_of_waiting_requests_and_gets_them_back() {
+        let heads = Arc::new(listening());
+        let (workspace, other) = (Uuid::new_v4(), Uuid::new_v4());
+        let held: Vec<Waiting> =
+            (0..WAITING_PER_WORKSPACE).filter_map(|_| heads.start_waiting(("contacts", workspace))).collect();
+        assert_eq!(held.len(), WAITING_PER_WORKSPACE);
+        assert!(heads.start_waiting(("items", workspace)).is_none(), "over both feeds of the workspace");
+        assert!(heads.start_waiting(("contacts", other)).is_some(), "another workspace is not held back");
+        drop(held);
+        assert!(heads.start_waiting(("contacts", workspace)).is_some(), "answered requests give their place back");
     }
 
     #[tokio::test]

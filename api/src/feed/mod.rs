@@ -28,8 +28,8 @@ use crate::db::listing::Resource;
 use crate::error::ApiError;
 use crate::http::request_id::RequestId;
 use crate::http::AppState;
-use crate::operations::names::{FEED_EMPTY_POLLS as EMPTY_POLLS, FEED_WAITING};
-use heads::FeedKey;
+use crate::operations::names::FEED_EMPTY_POLLS as EMPTY_POLLS;
+use heads::{FeedKey, Waiting};
 use params::{FeedLimit, Since, WaitSeconds};
 use token::FeedScope;
 
@@ -71,7 +71,10 @@ pub async fn changes_page<R: Resource>(
         if Instant::now() >= deadline || state.shutdown.is_cancelled() {
             break;
         }
-        waiting.get_or_insert_with(|| Waiting::new(R::NAME));
+        if waiting.is_none() {
+            let counted = state.feed_heads.start_waiting(feed.key());
+            waiting = Some(counted.ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?);
+        }
         tokio::select! {
             biased;
             () = state.shutdown.cancelled() => break,
@@ -157,22 +160,5 @@ impl<R: Resource> Feed<'_, R> {
         write_str(&mut body, RequestId::current().as_str());
         body.push(b'}');
         Ok(body)
-    }
-}
-
-/// A request counted in the waiting gauge until it is answered (or dropped, when its
-/// client goes away).
-struct Waiting(&'static str);
-
-impl Waiting {
-    fn new(resource: &'static str) -> Self {
-        metrics::gauge!(FEED_WAITING, "resource" => resource).increment(1.0);
-        Self(resource)
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        metrics::gauge!(FEED_WAITING, "resource" => self.0).decrement(1.0);
     }
 }

@@ -156,3 +156,38 @@ async fn an_empty_poll_at_the_known_head_runs_no_statement() {
     assert_eq!(token(&latest_again), token(&latest));
     locker.rollback().await.expect("unlock");
 }
+
+#[tokio::test]
+async fn a_workspace_holds_at_most_its_share_of_waiting_requests_and_the_next_is_a_429_for_it_alone() {
+    use lectern_api::feed::heads::WAITING_PER_WORKSPACE;
+
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let workspace = Uuid::new_v4();
+    let key = app.key(workspace, &[Scope::ContactsRead, Scope::ItemsRead]).await;
+    let (other, other_key) = app.workspace_with_key().await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+    let (_, other_since) = follow(&app, &other_key, CONTACTS, None, 100).await;
+
+    let waiting: Vec<_> =
+        (0..WAITING_PER_WORKSPACE).map(|_| send(&app, &key, format!("{CONTACTS}?since={since}&wait=8"))).collect();
+    settle().await;
+    // Over both feeds of the workspace.
+    let refused = app.get(&key, "/v1/items/changes?wait=8").await;
+    refused.assert_error(429, "RATE_LIMITED");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    let unheld = app.get(&key, &format!("{CONTACTS}?since={since}")).await;
+    assert!(changes(&unheld).is_empty(), "a request without `wait` is still served: {}", unheld.text);
+
+    let elsewhere = send(&app, &other_key, format!("{CONTACTS}?since={other_since}&wait=8"));
+    settle().await;
+    ContactSeed::named("Elsewhere").insert(&db.pool, other).await;
+    let (reply, _) = elsewhere.await.expect("the other workspace's request");
+    assert_eq!(reply.data().len(), 1, "another workspace waits as usual: {}", reply.text);
+
+    ContactSeed::named("Wakes them").insert(&db.pool, workspace).await;
+    for request in waiting {
+        let (reply, _) = request.await.expect("a waiting request");
+        assert_eq!(reply.data().len(), 1, "{}", reply.text);
+    }
+}
