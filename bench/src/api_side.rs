@@ -140,18 +140,23 @@ pub async fn prepare(setup: &Setup, plan: &Plan, database: &Database) -> Result<
     Ok((api, Prepared { keys, traversal, sample }))
 }
 
-struct Measured {
-    http: Http,
-    tps: f64,
+pub struct Measured {
+    pub http: Http,
+    pub tps: f64,
     /// Mean time per request by the API's own histogram.
-    inside: Duration,
-    api_cpu_us: f64,
-    db_cpu_us: f64,
+    pub inside: Duration,
+    pub api_cpu_us: f64,
+    pub db_cpu_us: f64,
 }
 
 /// A warm-up, the measured wrk run with the API's CPU and its backends' CPU read
 /// around it, then pgbench for the same time.
-async fn measure_scenario(setup: &Setup, api: &mut Api, database: &Database, scenario: &Scenario) -> Result<Measured> {
+pub async fn measure_scenario(
+    setup: &Setup,
+    api: &mut Api,
+    database: &Database,
+    scenario: &Scenario,
+) -> Result<Measured> {
     // Warms the key cache, the prepared statements and the page cache.
     run_wrk(setup, api, scenario, Duration::from_secs(2)).await?;
     let backends: Vec<i32> = sqlx::query_scalar(

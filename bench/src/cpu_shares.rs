@@ -62,7 +62,7 @@ impl CpuShares {
 }
 
 /// CPU time of every process named `postgres` (the server and its backends).
-fn postgres_seconds() -> f64 {
+pub fn postgres_seconds() -> f64 {
     let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())

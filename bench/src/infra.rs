@@ -38,6 +38,49 @@ impl Database {
         lectern_api::db::MIGRATOR.run(&pool).await.context("apply the migrations")?;
         Ok(Self { name: name.to_owned(), url, pool })
     }
+
+    /// A database created and migrated by the `lectern-api migrate` of another build, so
+    /// that build's projector writes into the schema of its own migrations.
+    pub async fn migrated_by(api: &Path, name: &str) -> Result<Self> {
+        let options: PgConnectOptions = admin_url().parse().context("database URL")?;
+        let options = options.database(name);
+        let url = options.to_url_lossy().to_string();
+        let output = Command::new(api)
+            .arg("migrate")
+            .env_clear()
+            .env("DATABASE_URL", &url)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .context(format!("run {} migrate", api.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} migrate failed ({}): {}",
+                api.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into());
+        }
+        let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await.context("connect")?;
+        Ok(Self { name: name.to_owned(), url, pool })
+    }
+}
+
+/// Drops `main` and every database named `<main>_…` (the plain-SQL baseline's, the
+/// alternated drains' left by a run that stopped early).
+pub async fn drop_run_databases(main: &str) -> Result<()> {
+    let mut connection = PgConnection::connect(&admin_url()).await.context("connect to PostgreSQL")?;
+    let names: Vec<String> = sqlx::query_scalar("select datname from pg_database")
+        .fetch_all(&mut connection)
+        .await
+        .context("list databases")?;
+    let prefix = format!("{main}_");
+    for name in names.iter().filter(|name| *name == main || name.starts_with(&prefix)) {
+        drop_database(name).await?;
+    }
+    Ok(())
 }
 
 /// Drops `name` if it exists, closing whatever still uses it.

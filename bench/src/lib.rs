@@ -16,12 +16,18 @@
 //! - [`machine`]: the machine's description and process RSS; [`report`]: the table;
 //!   [`cpu_shares`]: where the CPU went over a phase.
 //! - [`soak`]: with `--soak`, the bounded soak of issue 6 instead of the comparisons.
+//! - [`feed`]: with `--feed`, the changes feed's scenarios instead of the comparisons:
+//!   catch-up and empty polls ([`feed`]), its latencies ([`feed_latency`]) and the
+//!   drain against the projector before the feed ([`drain_ab`]).
 //! - [`wal`]: WAL written and checkpoints run over a phase.
 
 pub mod api;
 pub mod api_side;
 pub mod cpu_shares;
 pub mod drain;
+pub mod drain_ab;
+pub mod feed;
+pub mod feed_latency;
 pub mod infra;
 pub mod latency;
 pub mod load;
@@ -121,10 +127,8 @@ pub async fn run(options: Options) -> Result<String> {
             setup.work.display()
         );
     } else {
-        for name in [&setup.databases.0, &setup.databases.1] {
-            if let Err(error) = infra::drop_database(name).await {
-                eprintln!("warning: could not drop {name}: {error}");
-            }
+        if let Err(error) = infra::drop_run_databases(&setup.databases.0).await {
+            eprintln!("warning: could not drop the databases {}*: {error}", setup.databases.0);
         }
         if outcome.is_ok() {
             let _ = std::fs::remove_dir_all(&setup.work);
@@ -168,9 +172,10 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         )
         .fetch_one(&database.pool)
         .await?;
-    let mut report = match setup.options.soak_for {
-        Some(_) => report::Report::new("Lectern soak", "Targets (issue 6)"),
-        None => report::Report::new("Lectern benchmark", "Targets (issue 7)"),
+    let mut report = match (setup.options.soak_for, setup.options.feed) {
+        (Some(_), _) => report::Report::new("Lectern soak", "Targets (issue 6)"),
+        (None, true) => report::Report::new("Lectern changes feed benchmark", "Targets (changes feed)"),
+        (None, false) => report::Report::new("Lectern benchmark", "Targets (issue 7)"),
     };
     report.header = vec![
         format!(
@@ -192,6 +197,7 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
     ];
     match setup.options.soak_for {
         Some(soak_for) => soak::measure(setup, &plan, &database, soak_for, &mut report).await?,
+        None if setup.options.feed => feed::measure(setup, &plan, &database, &mut report).await?,
         None => {
             projector_side::measure(setup, &plan, &database, &mut report).await?;
             if !setup.options.projector_only {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -19,6 +19,14 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      RSS stays flat (default output bench/soak.md)
   --projector-only   the drain, publish→visible and plain-SQL measurements, not the API's
                      (about half the time; for comparing projector builds)
+  --feed             instead of the comparisons, the changes feed's scenarios after the same
+                     load: catch-up against a listing traversal, an empty poll against
+                     pgbench running the feed's SQL, publish→visible through the feed, a long
+                     poll's wake-up, the drain against plain SQL (default output bench/feed.md)
+  --baseline-projector FILE
+                     with --feed: a lectern-projector built from another checkout; the drain
+                     then alternates this checkout's projector (A) and that one (B), A B A,
+                     each into a database migrated by the `lectern-api migrate` beside it
   --keep             keep the benchmark databases and the work directory
   --no-build         use target/release/lectern-{api,projector} as they are (by default
                      `cargo build --release` brings them up to date with the checkout first)
@@ -56,6 +64,11 @@ pub struct Options {
     pub soak_for: Option<Duration>,
     /// Measure the write path only, leaving out the API scenarios.
     pub projector_only: bool,
+    /// Run the changes feed's scenarios instead of the comparisons.
+    pub feed: bool,
+    /// Another build's projector for the feed run's alternated drains; the `lectern-api`
+    /// beside it migrates its databases.
+    pub baseline_projector: Option<PathBuf>,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -74,6 +87,8 @@ impl Options {
         let mut soak_for = None;
         let mut keep = false;
         let mut projector_only = false;
+        let mut feed = false;
+        let mut baseline_projector = None;
         let mut build = true;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
@@ -96,9 +111,17 @@ impl Options {
                 "--soak" => soak_for = Some(Duration::from_secs(number(&value("--soak")?, "--soak", 10)? as u64)),
                 "--keep" => keep = true,
                 "--projector-only" => projector_only = true,
+                "--feed" => feed = true,
+                "--baseline-projector" => baseline_projector = Some(PathBuf::from(value("--baseline-projector")?)),
                 "--no-build" => build = false,
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
+        }
+        if baseline_projector.is_some() && !feed {
+            return Err("--baseline-projector goes with --feed".to_owned());
+        }
+        if feed && (soak_for.is_some() || projector_only) {
+            return Err("--feed is a run of its own, not with --soak or --projector-only".to_owned());
         }
         let (default_contacts, default_run, steady_for) = match scale {
             Scale::Full => (1_000_000, 10, 20),
@@ -108,12 +131,18 @@ impl Options {
             scale,
             contacts: contacts.unwrap_or(default_contacts),
             output: output.unwrap_or_else(|| {
-                PathBuf::from(if soak_for.is_some() { "bench/soak.md" } else { "bench/results.md" })
+                PathBuf::from(match (soak_for.is_some(), feed) {
+                    (true, _) => "bench/soak.md",
+                    (false, true) => "bench/feed.md",
+                    (false, false) => "bench/results.md",
+                })
             }),
             run_for: run_for.unwrap_or(Duration::from_secs(default_run)),
             steady_for: Duration::from_secs(steady_for),
             soak_for,
             projector_only,
+            feed,
+            baseline_projector,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-bench -- {command_line}").trim_end().to_owned(),

@@ -204,7 +204,7 @@ fn retrieve(inputs: &Inputs<'_>) -> Result<Scenario> {
 }
 
 /// `$1`, `$2`, … of `sql` replaced by `binds[0]`, `binds[1]`, …; every bind must be used.
-fn substitute(sql: &str, binds: &[&str]) -> Result<String> {
+pub fn substitute(sql: &str, binds: &[&str]) -> Result<String> {
     let mut out = String::with_capacity(sql.len() + 64);
     let mut used = vec![false; binds.len()];
     let mut rest = sql;
