@@ -50,3 +50,26 @@ impl<R: Resource + Send + Sync + 'static> QueryContract for ChangesQuery<R> {
         state.sync_tokens.open(&token, scope).err().map(|problem| format!("since: {problem}"))
     }
 }
+
+super::envelope::error_responses! {
+    /// The errors a feed operation documents.
+    ChangesError {
+        /// A query parameter or `since` is invalid; `details` names each problem.
+        BadRequest = 400,
+        /// The API key is missing, malformed, unknown or revoked.
+        Unauthorized = 401,
+        /// The key lacks the scope this operation needs.
+        Forbidden = 403,
+        /// The request target is too long for the HTTP parser (over 65,534 bytes).
+        TargetTooLong = 414,
+        /// The key's rate limit, the workspace's share of the database, or its waiting
+        /// requests (64 with `wait` at once) are spent for now.
+        TooManyRequests = 429,
+        /// The request line and headers take more than 16 KiB, or there are more than 64 headers.
+        HeadTooLarge = 431,
+        /// An unexpected failure, logged under the request id.
+        InternalError = 500,
+        /// The read model cannot answer in time; retry after `Retry-After`.
+        ServiceUnavailable = 503,
+    }
+}

@@ -8,7 +8,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ContactsReader;
-use super::changes::{feed_limit_example, wait_example, ChangeType, ChangesQuery};
+use super::changes::{feed_limit_example, wait_example, ChangeType, ChangesError, ChangesQuery};
 pub use super::collection::NoQuery;
 use super::collection::{
     id_example, limit_example, list_page, record_body, sort_example, GetError, ListError, ListParams, ListQuery,
@@ -151,7 +151,7 @@ impl ContactsApi {
         /// as soon as a change commits, or after this long with no data.
         #[oai(default, example = "wait_example")]
         wait: Query<WaitSeconds>,
-    ) -> Result<JsonBody<ContactChanges>, ListError> {
+    ) -> Result<JsonBody<ContactChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
         Ok(JsonBody::assembled(changes_page::<Contacts>(&state, key.0.workspace_id, params).await?))
     }

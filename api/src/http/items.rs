@@ -8,7 +8,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ItemsReader;
-use super::changes::{feed_limit_example, wait_example, ChangeType, ChangesQuery};
+use super::changes::{feed_limit_example, wait_example, ChangeType, ChangesError, ChangesQuery};
 use super::collection::{
     id_example, limit_example, list_page, record_body, sort_example, GetError, ListError, ListParams, ListQuery,
     NoQuery,
@@ -151,7 +151,7 @@ impl ItemsApi {
         /// as soon as a change commits, or after this long with no data.
         #[oai(default, example = "wait_example")]
         wait: Query<WaitSeconds>,
-    ) -> Result<JsonBody<ItemChanges>, ListError> {
+    ) -> Result<JsonBody<ItemChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
         Ok(JsonBody::assembled(changes_page::<Items>(&state, key.0.workspace_id, params).await?))
     }
