@@ -140,17 +140,18 @@ const KEY_COLUMNS: [Written; 4] = [
     Written::as_sent("status", "text"),
 ];
 
-/// The names of the key's columns and then of `data`: every column a batch writes.
+/// The names of the key's columns, of `data` and the change position: every column a
+/// batch writes.
 fn names(data: &[Written]) -> Vec<&'static str> {
-    KEY_COLUMNS.iter().chain(data).map(|written| written.column).collect()
+    KEY_COLUMNS.iter().chain(data).map(|written| written.column).chain([CHANGE_POSITION]).collect()
 }
+
+/// The column that orders the changes feed: the row's position in its workspace's
+/// change order for its table (`migrations/…_changes_feed.sql`).
+pub const CHANGE_POSITION: &str = "change_position";
 
 /// The counters positions are taken from, one row per workspace and table.
 pub const CHANGE_COUNTERS: &str = "change_counters";
-
-/// Each record's position in its workspace's changes feed, one row per record
-/// (`migrations/…_changes_feed.sql`).
-pub const FEED_ENTRIES: &str = "feed_entries";
 
 /// The batch upsert of `table`: one `unnest` of each column's array (the key's four,
 /// then `data`, bound in that order), guarded by the version, so duplicates,
@@ -158,51 +159,47 @@ pub const FEED_ENTRIES: &str = "feed_entries";
 /// takes the winning row's value: a tombstone (archived or deleted, which carry no data)
 /// holds none, so the row is a function of the highest version alone.
 ///
-/// The records it changed (those its version guard let through) then take the next
-/// positions of their workspaces' changes feeds, in the same statement: the counters of
-/// the workspaces are advanced in workspace order (so two writers never wait on each
-/// other's counters in a cycle) and each record's feed entry moves to its new position.
-/// The counters stay locked until the transaction ends, so the next writer of a
+/// Every row also takes the next position of its workspace's changes feed. The batch
+/// first advances each of its workspaces' counters by its number of rows there, in
+/// workspace order (so two writers never wait on each other's counters in a cycle); the
+/// counter stays locked until the transaction ends, so the next writer of that
 /// workspace takes its positions only once these are committed: position order is
-/// commit order. The counters are taken after the records are written (the counts need
-/// every written record first), so writers of one workspace wait for each other only
-/// for the entries' write and the commit. The statement says it took its positions, so
-/// that the trigger that positions other writers' records leaves them alone.
+/// commit order. The window functions need every counter's value before the first row
+/// is written, so all counters are taken before any row is locked.
 fn upsert_sql(table: &str, data: &[Written], commit: Commit) -> String {
     let written: Vec<&Written> = KEY_COLUMNS.iter().chain(data).collect();
     let columns: Vec<&str> = written.iter().map(|column| column.column).collect();
     let arrays: Vec<String> =
         written.iter().enumerate().map(|(index, column)| format!("${}::{}[]", index + 1, column.sent_as)).collect();
     let selected: Vec<String> = written.iter().map(|column| column.selected()).collect();
+    let incoming: Vec<String> = columns.iter().map(|column| format!("incoming.{column}")).collect();
     let updates: Vec<String> =
         data.iter().map(|Written { column, .. }| format!("{column} = excluded.{column}")).collect();
     format!(
-        "with {setting}positions_taken_here as (select set_config('lectern.feed_positions_taken', 'on', true)),
-         upserted as (
-             insert into {table} as t ({columns})
-             select {selected} from {source}positions_taken_here, unnest({arrays}) as u({columns})
-             on conflict (workspace_id, id) do update set
-                 version = excluded.version, status = excluded.status, {updates}
-             where t.version < excluded.version
-             returning t.workspace_id, t.id
+        "with {setting}incoming as (
+             select {selected} from {source}unnest({arrays}) as u({columns})
          ),
          taken as (
              insert into {CHANGE_COUNTERS} as counter (workspace_id, resource, newest_position)
-             select workspace_id, '{table}', count(*) from upserted group by workspace_id order by workspace_id
+             select workspace_id, '{table}', count(*) from incoming group by workspace_id order by workspace_id
              on conflict (workspace_id, resource) do update
                  set newest_position = counter.newest_position + excluded.newest_position
              returning workspace_id, newest_position
          )
-         insert into {FEED_ENTRIES} as entry (workspace_id, resource, id, position)
-         select upserted.workspace_id, '{table}', upserted.id,
-                taken.newest_position - count(*) over (partition by upserted.workspace_id)
-                    + row_number() over (partition by upserted.workspace_id order by upserted.id)
-         from upserted join taken on taken.workspace_id = upserted.workspace_id
-         on conflict (workspace_id, resource, id) do update set position = excluded.position",
+         insert into {table} as t ({columns}, {CHANGE_POSITION})
+         select {incoming},
+                taken.newest_position - count(*) over (partition by incoming.workspace_id)
+                    + row_number() over (partition by incoming.workspace_id order by incoming.id)
+         from incoming join taken on taken.workspace_id = incoming.workspace_id
+         on conflict (workspace_id, id) do update set
+             version = excluded.version, status = excluded.status, {updates},
+             {CHANGE_POSITION} = excluded.{CHANGE_POSITION}
+         where t.version < excluded.version",
         setting = commit.setting(),
         source = commit.source(),
         columns = columns.join(", "),
         selected = selected.join(", "),
+        incoming = incoming.join(", "),
         arrays = arrays.join(", "),
         updates = updates.join(", "),
     )
@@ -275,7 +272,10 @@ mod tests {
     fn the_upsert_lists_every_column_once_and_binds_one_array_each() {
         let data = [Written::as_sent("name", "text"), Written::cast("amount", "text", "numeric")];
         let sql = upsert_sql("items", &data, Commit::WithTheTransaction);
-        assert!(sql.contains("insert into items as t (workspace_id, id, version, status, name, amount)"), "{sql}");
+        assert!(
+            sql.contains("insert into items as t (workspace_id, id, version, status, name, amount, change_position)"),
+            "{sql}"
+        );
         assert!(
             sql.contains("select u.workspace_id, u.id, u.version, u.status, u.name, u.amount::numeric from"),
             "{sql}"

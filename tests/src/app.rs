@@ -170,7 +170,9 @@ impl TestApp {
     pub async fn heard_every_commit(&self) {
         let Some(state) = &self.state else { return };
         let heads: Vec<(String, Uuid, i64)> = sqlx::query_as(
-            "select resource, workspace_id, max(position) from feed_entries group by resource, workspace_id",
+            "select 'contacts', workspace_id, max(change_position) from contacts group by workspace_id
+             union all
+             select 'items', workspace_id, max(change_position) from items group by workspace_id",
         )
         .fetch_all(&self.pool)
         .await

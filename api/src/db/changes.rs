@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::connections::{PlanMode, ReadConnections, ReadError};
 use super::listing::Resource;
-use lectern_read_model::{CHANGE_COUNTERS, FEED_ENTRIES};
+use lectern_read_model::{CHANGE_COUNTERS, CHANGE_POSITION};
 
 /// One row of a feed page: where it stands, whether it is served, and the row itself,
 /// which [`Resource::record`] reads when it is active.
@@ -19,18 +19,12 @@ pub struct ChangedRow {
 }
 
 /// The statement of a feed page; public so benchmarks run the very same SQL. Binds the
-/// workspace, the position after which to start and the number of rows. The entries
-/// come in position order from their own index; each record is then read by its key. A
-/// record deleted by hand (the projector never deletes) comes as removed.
+/// workspace, the position after which to start and the number of rows.
 pub fn changes_sql<R: Resource>() -> String {
     // The record's columns first, where `Resource::record` reads them.
     format!(
-        "select record.*, entry.position, entry.id as changed_id \
-         from (select id, position from {FEED_ENTRIES} where workspace_id = $1 and resource = '{table}' \
-               and position > $2 order by position limit $3) as entry \
-         left join lateral (select {columns}, status = 'active' as active from {table} \
-                            where workspace_id = $1 and id = entry.id) as record on true \
-         order by entry.position",
+        "select {columns}, {CHANGE_POSITION}, status = 'active' as active, id as changed_id from {table} \
+         where workspace_id = $1 and {CHANGE_POSITION} > $2 order by {CHANGE_POSITION} limit $3",
         columns = R::COLUMNS,
         table = R::NAME,
     )
@@ -58,9 +52,9 @@ pub async fn fetch_changes<R: Resource>(
         .into_iter()
         .map(|row| {
             Ok(ChangedRow {
-                position: row.try_get("position")?,
+                position: row.try_get(CHANGE_POSITION)?,
                 id: row.try_get("changed_id")?,
-                active: row.try_get::<Option<bool>, _>("active")?.unwrap_or(false),
+                active: row.try_get("active")?,
                 row,
             })
         })

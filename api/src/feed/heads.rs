@@ -1,9 +1,8 @@
 //! What the process knows of each feed's newest position, and the long polls waiting
 //! on it.
 //!
-//! The feed's triggers notify `lectern_changes` with `<workspace> <table> <position>`
-//! for every committed change (the records' own notifications, `<workspace>`, are for
-//! first pages). A feed's head is the newest position known;
+//! The read model's triggers notify `lectern_changes` with `<workspace> <table>
+//! <position>` for every committed write. A feed's head is the newest position known;
 //! it is *known* when every committed change of that feed is at or below it, except
 //! changes whose notification is still on its way. That holds for a notified position
 //! (later commits take higher positions and are notified in turn, to a listener that
@@ -120,16 +119,8 @@ impl Invalidated for FeedHeads {
     fn evict(&self, payload: &str) {
         let mut fields = payload.split(' ');
         let (workspace, table, position) = (fields.next(), fields.next(), fields.next());
-        let Some(table) = table else {
-            // A workspace alone: its records changed (for first pages); the feed's own
-            // notification says where its head went. `*` (a truncate): nothing is known.
-            if payload == "*" {
-                self.forget_everything();
-            }
-            return;
-        };
-        let Some(resource) = known_resource(table) else {
-            // A payload of another version: nothing is known any more.
+        let Some(resource) = table.and_then(known_resource) else {
+            // `*` (a truncate) or a payload of another version: nothing is known any more.
             self.forget_everything();
             return;
         };
@@ -314,8 +305,6 @@ mod tests {
         heads.evict(&format!("{workspace} items"));
         assert_eq!(heads.known(("items", workspace)), None);
         heads.evict(&format!("{workspace} items 10"));
-        heads.evict(&workspace.to_string());
-        assert_eq!(heads.known(("items", workspace)), Some(10), "the records' own notification leaves the head");
         heads.evict("*");
         assert_eq!(heads.known(("items", workspace)), None);
     }

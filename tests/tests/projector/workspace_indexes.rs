@@ -95,6 +95,7 @@ async fn a_workspace_reaching_the_threshold_gets_its_own_search_index_and_search
         "set local enable_seqscan = off",
         "drop index contacts_by_created",
         "drop index contacts_by_name",
+        "drop index contacts_changes",
         "alter table contacts drop constraint contacts_pkey",
     ] {
         sqlx::query(setting).execute(&mut *connection).await.expect(setting);
