@@ -1,4 +1,4 @@
-//! The backlog drained by two projector builds in alternated runs, A B A: A is this
+//! The backlog drained by two projector builds in alternated runs, A B A B A: A is this
 //! checkout's projector, B another build's (`--baseline-projector`), each run into an
 //! empty read model migrated by its own build's `lectern-api migrate`, so a change to the
 //! write path is measured against the build before it on the same stream, host and hour.
@@ -20,9 +20,9 @@ use super::wal::WalMark;
 use super::{Context, Result, Setup};
 use lectern_fixtures::generator::plan::Plan;
 
-/// Runs before the last one: A B, then the kept A. One pair keeps a full-scale run
-/// within half an hour on a slow host; add pairs for a finer figure.
-const ALTERNATED: [Build; 2] = [Build::A, Build::B];
+/// Runs before the last one: A B A B, then the kept A. Two pairs keep a full-scale run
+/// within forty minutes on a slow host and give each build two figures at least.
+const ALTERNATED: [Build; 4] = [Build::A, Build::B, Build::A, Build::B];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Build {

@@ -50,7 +50,10 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     let nats = Nats::start(&setup.work).await?;
     let (published, _) = publish::backlog(plan, &nats.url).await?;
 
-    eprintln!("[2/6] draining the backlog: {}", if baseline.is_some() { "A B A (A: this checkout)" } else { "once" });
+    eprintln!(
+        "[2/6] draining the backlog: {}",
+        if baseline.is_some() { "A B A B A (A: this checkout)" } else { "once" }
+    );
     let drains = drain_ab::alternate(setup, plan, &nats, database, published, baseline.as_ref()).await?;
     let (head_rates, base_rates) = (drains.rates(Build::A), drains.rates(Build::B));
     let drain_ab::Alternated { runs, mut projector, metrics } = drains;
@@ -133,7 +136,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         let ratio = head / base;
         report.rows.push(Row {
             scenario: format!(
-                "projector: drain {} events, this checkout (A) against the baseline build (B), A B A",
+                "projector: drain {} events, this checkout (A) against the baseline build (B), A B A B A",
                 thousands(published as f64)
             ),
             lectern: format!("{} events/s (median of {})", thousands(head), list(&head_rates)),

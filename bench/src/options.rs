@@ -25,7 +25,7 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      poll's wake-up, the drain against plain SQL (default output bench/feed.md)
   --baseline-projector FILE
                      with --feed: a lectern-projector built from another checkout; the drain
-                     then alternates this checkout's projector (A) and that one (B), A B A,
+                     then alternates this checkout's projector (A) and that one (B), A B A B A,
                      each into a database migrated by the `lectern-api migrate` beside it
   --keep             keep the benchmark databases and the work directory
   --no-build         use target/release/lectern-{api,projector} as they are (by default

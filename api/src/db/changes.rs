@@ -21,7 +21,8 @@ pub struct ChangedRow {
 /// The statement of a feed page; public so benchmarks run the very same SQL. Binds the
 /// workspace, the position after which to start and the number of rows.
 pub fn changes_sql<R: Resource>() -> String {
-    // The record's columns first, where `Resource::record` reads them.
+    // The record's columns first, where `Resource::record` reads them; the last three
+    // where `fetch_changes` reads them.
     format!(
         "select {columns}, {CHANGE_POSITION}, status = 'active' as active, id as changed_id from {table} \
          where workspace_id = $1 and {CHANGE_POSITION} > $2 order by {CHANGE_POSITION} limit $3",
@@ -51,10 +52,13 @@ pub async fn fetch_changes<R: Resource>(
     fetched
         .into_iter()
         .map(|row| {
+            // By position from the end, unchecked, as the records' own columns are read:
+            // by name, three lookups per row cost a page about a tenth of its CPU.
+            let last = row.len().saturating_sub(1);
             Ok(ChangedRow {
-                position: row.try_get(CHANGE_POSITION)?,
-                id: row.try_get("changed_id")?,
-                active: row.try_get("active")?,
+                position: row.try_get_unchecked(last.saturating_sub(2))?,
+                active: row.try_get_unchecked(last.saturating_sub(1))?,
+                id: row.try_get_unchecked(last)?,
                 row,
             })
         })
