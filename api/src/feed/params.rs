@@ -8,7 +8,7 @@ use std::time::Duration;
 use poem_openapi::registry::MetaSchema;
 use serde_json::Value;
 
-use crate::listing::params::query_param_type;
+use crate::listing::params::{query_param_type, whole_number};
 
 /// `since` as received: `latest`, or a token whose signature is checked later.
 #[derive(Clone, PartialEq, Eq)]
@@ -59,18 +59,6 @@ query_param_type!(
         Since::Token(token) => Value::String(token.clone()),
     }
 );
-
-/// A whole decimal number from `min` to `max`: digits only, no sign, no spaces.
-fn whole_number(text: &str, min: u8, max: u8) -> Result<u8, String> {
-    let problem = || format!("must be a whole number from {min} to {max}");
-    if text.is_empty() || text.len() > 3 || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(problem());
-    }
-    match text.parse::<u8>() {
-        Ok(value) if (min..=max).contains(&value) => Ok(value),
-        _ => Err(problem()),
-    }
-}
 
 /// Changes per response: 1 to 100; 100 when absent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,9 +10,11 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use sha2::Sha256;
 use uuid::Uuid;
+
+use crate::listing::cursor::scoped_mac;
 
 /// The format's version, first byte of every token.
 const VERSION: u8 = 1;
@@ -87,15 +89,7 @@ impl SyncTokens {
     }
 
     fn mac(&self, scope: FeedScope, body: &[u8]) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.secret.expose_secret().as_bytes())
-            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-        // Length-prefixed fields, so no two different scopes share an encoding.
-        for field in [LABEL, scope.resource.as_bytes(), scope.workspace_id.as_bytes()] {
-            mac.update(&(field.len() as u64).to_be_bytes());
-            mac.update(field);
-        }
-        mac.update(body);
-        mac
+        scoped_mac(&self.secret, &[LABEL, scope.resource.as_bytes(), scope.workspace_id.as_bytes()], body)
     }
 }
 

@@ -130,23 +130,30 @@ impl CursorSigner {
     }
 
     fn mac(&self, scope: &CursorScope<'_>, body: &[u8]) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.secret.expose_secret().as_bytes())
-            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-        // Length-prefixed fields, so no two different scopes share an encoding.
-        for field in [
+        let fields = [
             b"lectern-cursor".as_slice(),
             scope.resource.as_bytes(),
             scope.workspace_id.as_bytes(),
             scope.kind.as_bytes(),
             scope.search.map_or(b"\x00none".as_slice(), str::as_bytes),
             scope.sort.as_str().as_bytes(),
-        ] {
-            mac.update(&(field.len() as u64).to_be_bytes());
-            mac.update(field);
-        }
-        mac.update(body);
-        mac
+        ];
+        scoped_mac(&self.secret, &fields, body)
     }
+}
+
+/// HMAC-SHA256 under `secret` over `fields`, each length-prefixed so that no two
+/// different scopes share an encoding, then `body`. Cursors and sync tokens both sign
+/// with it, each scope starting with a label of its own.
+pub(crate) fn scoped_mac(secret: &SecretString, fields: &[&[u8]], body: &[u8]) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.expose_secret().as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+    for field in fields {
+        mac.update(&(field.len() as u64).to_be_bytes());
+        mac.update(field);
+    }
+    mac.update(body);
+    mac
 }
 
 #[cfg(test)]

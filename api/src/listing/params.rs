@@ -125,15 +125,20 @@ impl Default for Limit {
 impl FromStr for Limit {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {
-        let problem = || format!("must be a whole number from 1 to {}", Self::MAX);
-        // Digits only: no sign, no spaces, no fraction, no exponent.
-        if text.is_empty() || text.len() > 3 || !text.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(problem());
-        }
-        match text.parse::<u8>() {
-            Ok(value) if (1..=Self::MAX).contains(&value) => Ok(Self(value)),
-            _ => Err(problem()),
-        }
+        whole_number(text, 1, Self::MAX).map(Self)
+    }
+}
+
+/// A whole decimal number from `min` to `max`: digits only, no sign, no spaces, no
+/// fraction, no exponent.
+pub(crate) fn whole_number(text: &str, min: u8, max: u8) -> Result<u8, String> {
+    let problem = || format!("must be a whole number from {min} to {max}");
+    if text.is_empty() || text.len() > 3 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(problem());
+    }
+    match text.parse::<u8>() {
+        Ok(value) if (min..=max).contains(&value) => Ok(value),
+        _ => Err(problem()),
     }
 }
 
