@@ -2,8 +2,7 @@
 //! commit is flushed (see [`crate::durable_acks`]).
 //!
 //! Up to [`RunSettings::concurrent_batches`] batches are applied at once, each in its
-//! own transaction on its own connection, each of one shard of the workspaces
-//! ([`crate::shards`]), so that they never wait on each other's feed counters. One PostgreSQL session uses one core, and an
+//! own transaction on its own connection. One PostgreSQL session uses one core, and an
 //! update of an indexed, searchable row costs it about a third of a millisecond: at
 //! 2,000 events a second a single session was busy nearly all the time, so any stall
 //! queued every later event behind it. Four by default, not two: at steady load a batch
@@ -35,7 +34,6 @@ use crate::error::ProjectorError;
 use crate::in_hand::InHand;
 use crate::pending_lists;
 use crate::pull::pull;
-use crate::shards::Shards;
 use crate::stream::{ensure_consumer, ensure_stream};
 use crate::stuck;
 use crate::workspace_indexes::{self, OwnIndexSettings};
@@ -131,12 +129,9 @@ pub async fn run_watched(
     let acknowledger = tokio::spawn(durable_acks.clone().run(pool.clone(), acks_finished.clone()));
     backoff = Backoff::default();
     let mut catching_up = true;
-    let shards = Arc::new(Shards::new(settings.concurrent_batches));
-    // Transactions at once: the pool's connections for batches.
-    let applying = Arc::new(Semaphore::new(shards.count()));
-    // A pull is made only once its messages can soon be applied (as many pulls in hand
-    // as batches in flight), so that none waits long in our hands, unacknowledged.
-    let room = Arc::new(Semaphore::new(shards.count()));
+    // A batch is pulled only once it can be applied, so that no message waits in our
+    // hands, unacknowledged, for a transaction to become free.
+    let room = Arc::new(Semaphore::new(settings.concurrent_batches.max(1)));
     let mut in_flight = JoinSet::new();
     while !shutdown.is_cancelled() {
         let permit = tokio::select! {
@@ -164,23 +159,15 @@ pub async fn run_watched(
             crate::metrics::record_lag(0);
             continue;
         }
-        // The pull's room is given back when the last of its batches is committed.
-        let permit = Arc::new(permit);
-        for (shard, messages) in shards.split(batch, settings.batch_size, |message| message.subject.as_str()) {
-            let batch = InHand::new(messages);
-            let (pool, shutdown, committed, durable_acks, batches) =
-                (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone(), batches.clone());
-            let (shards, applying, permit) = (shards.clone(), applying.clone(), permit.clone());
-            in_flight.spawn(async move {
-                let _turn = shards.turn(shard).await;
-                // Never closed: an error would only mean no transaction is to be had.
-                let Ok(_transaction) = applying.acquire_owned().await else { return };
-                if apply_until_committed(&pool, batch, &durable_acks, &batches, &shutdown).await {
-                    committed.notify_one();
-                }
-                drop(permit);
-            });
-        }
+        let batch = InHand::new(batch);
+        let (pool, shutdown, committed, durable_acks, batches) =
+            (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone(), batches.clone());
+        in_flight.spawn(async move {
+            if apply_until_committed(&pool, batch, &durable_acks, &batches, &shutdown).await {
+                committed.notify_one();
+            }
+            drop(permit);
+        });
     }
     while let Some(finished) = in_flight.join_next().await {
         report_if_panicked(finished);

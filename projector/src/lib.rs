@@ -12,7 +12,6 @@
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`pull`]: one pull from the consumer, and when to stop waiting for it.
-//! - [`shards`]: a pull's messages split by workspace, so batches in flight never share one.
 //! - [`apply`]: one batch into the read model, in one transaction.
 //! - [`durable_acks`]: acknowledging batches once their commits are flushed.
 //! - [`in_hand`]: keeping the messages of a slow batch from being redelivered.
@@ -35,7 +34,6 @@ pub mod metrics;
 pub mod operations;
 pub mod pending_lists;
 pub mod pull;
-pub mod shards;
 pub mod stream;
 pub mod stuck;
 pub mod workspace_indexes;
