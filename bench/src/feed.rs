@@ -27,7 +27,7 @@ use super::api_side;
 use super::cpu_shares::postgres_seconds;
 use super::drain_ab::{self, median, Build};
 use super::feed_latency::{self, Quantiles};
-use super::infra::{drop_database, Database, Nats};
+use super::infra::{Database, Nats};
 use super::machine::cpu_seconds;
 use super::report::{millis, thousands, Report, Row};
 use super::scenarios::{substitute, Scenario};
@@ -64,13 +64,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     }
 
     eprintln!("[3/6] the same rows by plain SQL into a second database");
-    let plain = Database::create(&setup.databases.1).await?;
-    let written = plain_sql::write_all(plan, &plain.url).await?;
-    plain.pool.close().await;
-    if !setup.options.keep {
-        drop_database(&plain.name).await?;
-    }
-    eprintln!("      {:.1} s, {} rows/s", written.elapsed.as_secs_f64(), thousands(written.per_second()));
+    let written = plain_sql::write_into_second_database(setup, plan).await?;
 
     eprintln!("[4/6] API: catch-up through the feed against a listing traversal, {ROUNDS} rounds alternated");
     let (mut api, prepared) = api_side::prepare(setup, plan, database).await?;

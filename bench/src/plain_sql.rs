@@ -13,7 +13,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use super::{Context, Result};
+use super::infra::{drop_database, Database};
+use super::report::thousands;
+use super::{Context, Result, Setup};
 use lectern_fixtures::generator::plan::{Entity, Plan, Record};
 use lectern_fixtures::generator::records::{contact, item, Contact, Item};
 
@@ -63,6 +65,19 @@ struct Batch {
     contacts: Option<Query>,
     items: Option<Query>,
     rows: u64,
+}
+
+/// The plain-SQL baseline written into the run's second database, which is dropped
+/// afterwards unless the run keeps its databases.
+pub async fn write_into_second_database(setup: &Setup, plan: &Plan) -> Result<Written> {
+    let plain = Database::create(&setup.databases.1).await?;
+    let written = write_all(plan, &plain.url).await?;
+    plain.pool.close().await;
+    if !setup.options.keep {
+        drop_database(&plain.name).await?;
+    }
+    eprintln!("      {:.1} s, {} rows/s", written.elapsed.as_secs_f64(), thousands(written.per_second()));
+    Ok(written)
 }
 
 pub async fn write_all(plan: &Plan, url: &str) -> Result<Written> {

@@ -5,7 +5,7 @@
 use lectern_projector::workspace_indexes::OwnIndexSettings;
 
 use super::cpu_shares::CpuShares;
-use super::infra::{drop_database, Database, Nats};
+use super::infra::{Database, Nats};
 use super::machine::RssSampler;
 use super::report::{millis, thousands, Report, Row};
 use super::wal::WalMark;
@@ -70,13 +70,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     drop(nats);
 
     eprintln!("[4/5] the same rows by plain SQL (unnest upserts, one connection) into a second database");
-    let plain = Database::create(&setup.databases.1).await?;
-    let written = plain_sql::write_all(plan, &plain.url).await?;
-    plain.pool.close().await;
-    if !setup.options.keep {
-        drop_database(&plain.name).await?;
-    }
-    eprintln!("      {:.1} s, {} rows/s", written.elapsed.as_secs_f64(), thousands(written.per_second()));
+    let written = plain_sql::write_into_second_database(setup, plan).await?;
 
     let ratio = drained.per_second() / written.per_second();
     report.rows.push(Row {

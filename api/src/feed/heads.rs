@@ -130,16 +130,7 @@ impl Invalidated for FeedHeads {
         };
         let key = (resource, workspace_id);
         match position.and_then(|text| text.parse::<i64>().ok()) {
-            Some(position) => {
-                let epoch = self.current_epoch();
-                self.update(key, true, |head| {
-                    if head.epoch == epoch {
-                        head.newest = head.newest.max(position);
-                    } else {
-                        *head = Head { newest: position, epoch };
-                    }
-                });
-            }
+            Some(position) => self.raise(key, self.current_epoch(), position),
             // Rows deleted: the head cannot say what is left. Unknown until a query says.
             None => self.update(key, false, |head| head.epoch = UNKNOWN),
         }
@@ -182,7 +173,12 @@ impl FeedHeads {
         if !ticket.trusted || !self.trusted() || self.current_epoch() != ticket.epoch {
             return;
         }
-        let epoch = ticket.epoch;
+        self.raise(key, ticket.epoch, newest);
+    }
+
+    /// Makes `key`'s head known in `epoch` and at least `newest`: a head of an earlier
+    /// epoch says nothing, so it is replaced rather than raised.
+    fn raise(&self, key: FeedKey, epoch: u64, newest: i64) {
         self.update(key, true, |head| {
             if head.epoch == epoch {
                 head.newest = head.newest.max(newest);
