@@ -18,6 +18,7 @@ use lectern_api::db::contacts::Contacts;
 use lectern_api::db::listing::Resource;
 use lectern_api::feed::params::FeedLimit;
 use lectern_api::feed::token::{FeedScope, SyncTokens};
+use lectern_api::feed::FeedPosition;
 use lectern_projector::workspace_indexes::OwnIndexSettings;
 use secrecy::SecretString;
 use uuid::Uuid;
@@ -276,9 +277,10 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         "Empty poll: wrk -t2 -c64 -d{s}s (after a 2 s warm-up), every request `GET /v1/contacts/changes?since=<the \
          token of since=latest>` with the big workspace's key, nothing published meanwhile; baseline pgbench -c 16 \
          -j 2 -T {s} -M prepared, `force_generic_plan` as the API's feed connections, running `changes_sql::<Contacts>()` \
-         for the same workspace, after position {position}, {limit} rows (the API asks one more than the page). \
+         for the same workspace, after transaction {transaction}, {limit} rows (the API asks one more than the page). \
          PostgreSQL CPU per request is the API's pooled backends'.",
         s = setup.options.run_for.as_secs(),
+        transaction = position.transaction,
         limit = usize::from(FeedLimit::MAX) + 1
     ));
     report.notes.push(latency.describe());
@@ -293,15 +295,16 @@ fn dashes() -> Row {
 
 /// The feed's empty poll as a wrk scenario, and the feed's statement for pgbench for the
 /// same workspace and position.
-fn empty_poll(key: &str, token: &str, workspace: Uuid, position: i64) -> Result<Scenario> {
-    let sql = substitute(&changes_sql::<Contacts>(), &[":ws", ":after", ":rows"])?;
+fn empty_poll(key: &str, token: &str, workspace: Uuid, position: FeedPosition) -> Result<Scenario> {
+    let sql = substitute(&changes_sql::<Contacts>(), &[":ws", ":transaction", ":id", ":rows"])?;
     Ok(Scenario {
         name: "contacts feed: empty poll, big workspace".to_owned(),
         requests: vec![(key.to_owned(), format!("/v1/contacts/changes?since={token}"))],
         script: format!("{sql};\n"),
         defines: vec![
             ("ws".to_owned(), workspace.to_string()),
-            ("after".to_owned(), position.to_string()),
+            ("transaction".to_owned(), position.transaction.to_string()),
+            ("id".to_owned(), position.id.to_string()),
             ("rows".to_owned(), (usize::from(FeedLimit::MAX) + 1).to_string()),
         ],
         plan_cache_mode: PlanMode::Generic.setting(),

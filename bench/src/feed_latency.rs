@@ -7,7 +7,7 @@
 //!   sample runs from the commit to that response's arrival. The commit instant is when
 //!   this process hears the commit's notification on `lectern_changes` (PostgreSQL
 //!   sends it at commit, to the API's listener and to this one alike), matched by the
-//!   position the response's token carries.
+//!   transaction that last wrote the contact.
 //!
 //! Each event updates a different contact (version 2), so every event id is new.
 
@@ -18,12 +18,11 @@ use std::time::{Duration, Instant};
 use lectern_api::db::contacts::Contacts;
 use lectern_api::db::first_pages::CHANGES_CHANNEL;
 use lectern_api::db::listing::Resource;
-use lectern_api::feed::token::{FeedScope, SyncTokens};
-use secrecy::SecretString;
+use lectern_read_model::CHANGE_TRANSACTION;
 use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
+use uuid::Uuid;
 
-use super::api::CURSOR_SECRET;
 use super::feed::{poll, Page};
 use super::publish::Publisher;
 use super::report::millis;
@@ -116,8 +115,8 @@ pub async fn measure(plan: &Plan, nats_url: &str, base: &str, key: &str, databas
     let mut publisher = Publisher::connect(nats_url).await?;
     let client = reqwest::Client::new();
     let position = Positions {
-        tokens: SyncTokens::new(SecretString::from(CURSOR_SECRET.to_owned())),
-        scope: FeedScope { resource: Contacts::NAME, workspace_id: big.id },
+        pool: sqlx::PgPool::connect(database_url).await.context("connect to read the changes' transactions")?,
+        workspace_id: big.id,
     };
     let mut token = poll(&client, base, key, "since=latest").await?.sync_token;
 
@@ -144,7 +143,7 @@ pub async fn measure(plan: &Plan, nats_url: &str, base: &str, key: &str, databas
         };
         let arrived = Instant::now();
         visible.push(arrived - published);
-        if let Some(commit) = commits.heard(&position.payload(&page.sync_token)?).await {
+        if let Some(commit) = commits.heard(&position.payload(&id).await?).await {
             to_commit.push(commit.saturating_duration_since(published));
             commit_to_visible.push(arrived.saturating_duration_since(commit));
         }
@@ -177,7 +176,7 @@ pub async fn measure(plan: &Plan, nats_url: &str, base: &str, key: &str, databas
             return Err(format!("a long poll woke without contact {id}: {:?}", page.ids).into());
         }
         let commit = commits
-            .heard(&position.payload(&page.sync_token)?)
+            .heard(&position.payload(&id).await?)
             .await
             .ok_or("the commit's notification was not heard within a second")?;
         if arrived < commit {
@@ -208,17 +207,26 @@ fn updated(plan: &Plan, index: u32) -> (lectern_fixtures::generator::records::Ev
     (event, changed.id.to_string())
 }
 
-/// Reads the position a sync token carries, for matching it with a notification.
+/// Finds the notification a served change's commit sent.
 struct Positions {
-    tokens: SyncTokens,
-    scope: FeedScope,
+    pool: sqlx::PgPool,
+    workspace_id: Uuid,
 }
 
 impl Positions {
-    /// The notification the commit of the token's position sent: `<workspace> <table> <position>`.
-    fn payload(&self, token: &str) -> Result<String> {
-        let position = self.tokens.open(token, self.scope).map_err(|error| format!("a feed token {error}"))?;
-        Ok(format!("{} {} {position}", self.scope.workspace_id, self.scope.resource))
+    /// The notification the commit of contact `id`'s last change sent: `<workspace>
+    /// <table> <transaction>`.
+    async fn payload(&self, id: &str) -> Result<String> {
+        let id = Uuid::try_parse(id).map_err(|error| format!("a contact id in the feed: {error}"))?;
+        let transaction: i64 = sqlx::query_scalar(&format!(
+            "select {CHANGE_TRANSACTION} from contacts where workspace_id = $1 and id = $2"
+        ))
+        .bind(self.workspace_id)
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await
+        .context("read a change's transaction")?;
+        Ok(format!("{} {} {transaction}", self.workspace_id, Contacts::NAME))
     }
 }
 

@@ -140,18 +140,15 @@ const KEY_COLUMNS: [Written; 4] = [
     Written::as_sent("status", "text"),
 ];
 
-/// The names of the key's columns, of `data` and the change position: every column a
-/// batch writes.
+/// The names of the key's columns and of `data`: every column a batch writes (the
+/// change's transaction comes from the column's default).
 fn names(data: &[Written]) -> Vec<&'static str> {
-    KEY_COLUMNS.iter().chain(data).map(|written| written.column).chain([CHANGE_POSITION]).collect()
+    KEY_COLUMNS.iter().chain(data).map(|written| written.column).collect()
 }
 
-/// The column that orders the changes feed: the row's position in its workspace's
-/// change order for its table (`migrations/…_changes_feed.sql`).
-pub const CHANGE_POSITION: &str = "change_position";
-
-/// The counters positions are taken from, one row per workspace and table.
-pub const CHANGE_COUNTERS: &str = "change_counters";
+/// The column that orders the changes feed, with the record's id: the id of the
+/// transaction that last wrote the row (`migrations/…_feed_transaction_ids.sql`).
+pub const CHANGE_TRANSACTION: &str = "change_xid";
 
 /// The batch upsert of `table`: one `unnest` of each column's array (the key's four,
 /// then `data`, bound in that order), guarded by the version, so duplicates,
@@ -159,13 +156,9 @@ pub const CHANGE_COUNTERS: &str = "change_counters";
 /// takes the winning row's value: a tombstone (archived or deleted, which carry no data)
 /// holds none, so the row is a function of the highest version alone.
 ///
-/// Every row also takes the next position of its workspace's changes feed. The batch
-/// first advances each of its workspaces' counters by its number of rows there, in
-/// workspace order (so two writers never wait on each other's counters in a cycle); the
-/// counter stays locked until the transaction ends, so the next writer of that
-/// workspace takes its positions only once these are committed: position order is
-/// commit order. The window functions need every counter's value before the first row
-/// is written, so all counters are taken before any row is locked.
+/// Every row written also takes the writing transaction's id (the column's default, set
+/// again on conflict), which orders the changes feed. No lock is taken for it: the feed
+/// serves a transaction's rows only once every older writing transaction has ended.
 fn upsert_sql(table: &str, data: &[Written], commit: Commit) -> String {
     let written: Vec<&Written> = KEY_COLUMNS.iter().chain(data).collect();
     let columns: Vec<&str> = written.iter().map(|column| column.column).collect();
@@ -178,22 +171,12 @@ fn upsert_sql(table: &str, data: &[Written], commit: Commit) -> String {
     format!(
         "with {setting}incoming as (
              select {selected} from {source}unnest({arrays}) as u({columns})
-         ),
-         taken as (
-             insert into {CHANGE_COUNTERS} as counter (workspace_id, resource, newest_position)
-             select workspace_id, '{table}', count(*) from incoming group by workspace_id order by workspace_id
-             on conflict (workspace_id, resource) do update
-                 set newest_position = counter.newest_position + excluded.newest_position
-             returning workspace_id, newest_position
          )
-         insert into {table} as t ({columns}, {CHANGE_POSITION})
-         select {incoming},
-                taken.newest_position - count(*) over (partition by incoming.workspace_id)
-                    + row_number() over (partition by incoming.workspace_id order by incoming.id)
-         from incoming join taken on taken.workspace_id = incoming.workspace_id
+         insert into {table} as t ({columns})
+         select {incoming} from incoming
          on conflict (workspace_id, id) do update set
              version = excluded.version, status = excluded.status, {updates},
-             {CHANGE_POSITION} = excluded.{CHANGE_POSITION}
+             {CHANGE_TRANSACTION} = excluded.{CHANGE_TRANSACTION}
          where t.version < excluded.version",
         setting = commit.setting(),
         source = commit.source(),
@@ -272,10 +255,7 @@ mod tests {
     fn the_upsert_lists_every_column_once_and_binds_one_array_each() {
         let data = [Written::as_sent("name", "text"), Written::cast("amount", "text", "numeric")];
         let sql = upsert_sql("items", &data, Commit::WithTheTransaction);
-        assert!(
-            sql.contains("insert into items as t (workspace_id, id, version, status, name, amount, change_position)"),
-            "{sql}"
-        );
+        assert!(sql.contains("insert into items as t (workspace_id, id, version, status, name, amount)"), "{sql}");
         assert!(
             sql.contains("select u.workspace_id, u.id, u.version, u.status, u.name, u.amount::numeric from"),
             "{sql}"

@@ -163,21 +163,36 @@ impl TestApp {
         Reply::read(request.send().await.expect("request reaches the app")).await
     }
 
-    /// Waits until the app has heard the notification of every change committed so far
-    /// to the read model, where it knows a feed's head at all. An empty feed poll is answered from what the app has heard,
-    /// which follows a commit by the notification's delivery: a test that writes and
-    /// then polls at once would otherwise race it.
+    /// Waits until the feed serves every change committed so far to the read model, and
+    /// the app has heard the notification of each, where it knows a feed's head at all.
+    /// The feed serves a change once every older writing transaction on the server has
+    /// ended (another test's open transaction holds it back for a moment), and an empty
+    /// poll is answered from what the app has heard, which follows a commit by the
+    /// notification's delivery: a test that writes and then polls at once would
+    /// otherwise race both.
     pub async fn heard_every_commit(&self) {
-        let Some(state) = &self.state else { return };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let heads: Vec<(String, Uuid, i64)> = sqlx::query_as(
-            "select 'contacts', workspace_id, max(change_position) from contacts group by workspace_id
+            "select 'contacts', workspace_id, max(change_xid) from contacts group by workspace_id
              union all
-             select 'items', workspace_id, max(change_position) from items group by workspace_id",
+             select 'items', workspace_id, max(change_xid) from items group by workspace_id",
         )
         .fetch_all(&self.pool)
         .await
-        .expect("read the feeds' heads");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        .expect("read the feeds' newest transactions");
+        let newest = heads.iter().map(|(_, _, newest)| *newest).max().unwrap_or(0);
+        loop {
+            let horizon: i64 = sqlx::query_scalar("select pg_snapshot_xmin(pg_current_snapshot())::text::int8")
+                .fetch_one(&self.pool)
+                .await
+                .expect("read the horizon");
+            if horizon > newest {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "transaction {newest} was not below the horizon in 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let Some(state) = &self.state else { return };
         for (resource, workspace_id, newest) in heads {
             let resource = if resource == "contacts" { "contacts" } else { "items" };
             // An unknown head sends the next poll to the database, which has everything.

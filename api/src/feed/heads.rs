@@ -1,14 +1,14 @@
-//! What the process knows of each feed's newest position, and the long polls waiting
+//! What the process knows of each feed's newest transaction, and the long polls waiting
 //! on it.
 //!
 //! The read model's triggers notify `lectern_changes` with `<workspace> <table>
-//! <position>` for every committed write. A feed's head is the newest position known;
-//! it is *known* when every committed change of that feed is at or below it, except
-//! changes whose notification is still on its way. That holds for a notified position
-//! (later commits take higher positions and are notified in turn, to a listener that
-//! is up) and for what a query read while the listener was up. So an empty poll at or
-//! past the head needs no SQL statement, and a long poll sleeps until the head moves
-//! past its token.
+//! <transaction>` for every committed write. A feed's head is the newest transaction
+//! known to have written it; it is *known* when every committed change of that feed was
+//! written by it or an older transaction, except changes whose notification is still on
+//! its way. That holds for a notified transaction (every commit is notified in turn, to
+//! a listener that is up) and for what a query read while the listener was up. So an
+//! empty poll at or past the head needs no SQL statement, and a long poll sleeps until
+//! the head moves past its token.
 //!
 //! As with the other caches, nothing is known while the LISTEN connection is down:
 //! every outage and reconnect starts a new epoch, which makes every head unknown and
@@ -118,7 +118,7 @@ impl Invalidated for FeedHeads {
 
     fn evict(&self, payload: &str) {
         let mut fields = payload.split(' ');
-        let (workspace, table, position) = (fields.next(), fields.next(), fields.next());
+        let (workspace, table, transaction) = (fields.next(), fields.next(), fields.next());
         let Some(resource) = table.and_then(known_resource) else {
             // `*` (a truncate) or a payload of another version: nothing is known any more.
             self.forget_everything();
@@ -129,8 +129,8 @@ impl Invalidated for FeedHeads {
             return;
         };
         let key = (resource, workspace_id);
-        match position.and_then(|text| text.parse::<i64>().ok()) {
-            Some(position) => self.raise(key, self.current_epoch(), position),
+        match transaction.and_then(|text| text.parse::<i64>().ok()) {
+            Some(transaction) => self.raise(key, self.current_epoch(), transaction),
             // Rows deleted: the head cannot say what is left. Unknown until a query says.
             None => self.update(key, false, |head| head.epoch = UNKNOWN),
         }
@@ -151,7 +151,7 @@ impl Invalidated for FeedHeads {
 }
 
 impl FeedHeads {
-    /// The newest position of `key`'s feed, when known.
+    /// The newest transaction of `key`'s feed, when known.
     pub fn known(&self, key: FeedKey) -> Option<i64> {
         if !self.trusted() {
             return None;
@@ -268,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn a_notified_position_is_the_known_head_and_only_grows() {
+    fn a_notified_transaction_is_the_known_head_and_only_grows() {
         let heads = listening();
         let workspace = Uuid::new_v4();
         heads.evict(&format!("{workspace} contacts 7"));

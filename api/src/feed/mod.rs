@@ -1,12 +1,15 @@
 //! The changes feed (`listContactChanges`, `listItemChanges`): what changed in a
 //! workspace since a sync token, in commit order, removals included.
 //!
-//! Every read-model row carries its position in its workspace's change order for its
-//! table (see `docs/architecture.md`, "The changes feed", for why positions can never be
-//! committed out of order). A page is the rows after the token's position, each at its
-//! state now; its token is the last row's position. Nothing after the token: answered
-//! from memory when the process knows the feed's head ([`heads`]), and held until the
-//! head moves when the request asks to `wait`, without a database connection.
+//! Every read-model row carries the id of the transaction that last wrote it, and the
+//! feed is ordered by (transaction, record id); a row is served only once every older
+//! writing transaction has ended (the horizon), so no later page can hold a change that
+//! belongs before a token already handed out (see `docs/architecture.md`, "The changes
+//! feed"). A page is the rows after the token's position, each at its state now; its
+//! token is the last row's position, or the horizon once the feed is read to the end.
+//! Nothing after the token: answered from memory when the process knows the feed's
+//! newest transaction ([`heads`]), and held until it moves when the request asks to
+//! `wait`, without a database connection.
 //!
 //! # Layout
 //! - [`params`]: `since`, `limit`, `wait`.
@@ -23,7 +26,7 @@ use lectern_schema::json::{write_str, WriteJson};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::db::changes::{fetch_changes, newest_position, ChangedRow};
+use crate::db::changes::{fetch_changes, horizon, ChangedRow};
 use crate::db::listing::Resource;
 use crate::error::ApiError;
 use crate::http::request_id::RequestId;
@@ -32,6 +35,34 @@ use crate::operations::names::FEED_EMPTY_POLLS as EMPTY_POLLS;
 use heads::{FeedKey, Waiting};
 use params::{FeedLimit, Since, WaitSeconds};
 use token::FeedScope;
+
+/// Where a feed stands: after every row of transaction `transaction` whose id is at most
+/// `id`. Ordered as the feed is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FeedPosition {
+    pub transaction: i64,
+    pub id: Uuid,
+}
+
+impl FeedPosition {
+    /// Before every change (transaction ids start above 0).
+    pub const START: Self = Self::after_transaction(0);
+
+    /// After every row of `transaction`.
+    pub const fn after_transaction(transaction: i64) -> Self {
+        Self { transaction, id: Uuid::max() }
+    }
+
+    /// After every row of the transactions below `horizon`.
+    pub const fn below(horizon: i64) -> Self {
+        Self::after_transaction(horizon.saturating_sub(1))
+    }
+}
+
+/// How long a request waits before looking again for rows committed but not yet served
+/// (an older writing transaction is still running). No notification says when that
+/// transaction ends, so it is looked for on a timer.
+const NOT_YET_SERVED_RECHECK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The validated query of a feed operation.
 #[derive(Debug)]
@@ -53,9 +84,9 @@ pub async fn changes_page<R: Resource>(
     params: ChangesParams,
 ) -> Result<Vec<u8>, ApiError> {
     let feed = Feed::<R> { state, scope: FeedScope { resource: R::NAME, workspace_id }, resource: PhantomData };
-    let since = match &params.since {
-        None => 0,
-        Some(Since::Latest) => return feed.body(&[], false, feed.newest().await?),
+    let mut since = match &params.since {
+        None => FeedPosition::START,
+        Some(Since::Latest) => return feed.body(&[], false, feed.latest().await?),
         Some(Since::Token(token)) => {
             state.sync_tokens.open(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
         }
@@ -65,9 +96,13 @@ pub async fn changes_page<R: Resource>(
     loop {
         // Taken before looking, so that a change committed after the look wakes it.
         let mut watch = state.feed_heads.watch(feed.key());
-        if let Some(page) = feed.look(since, params.limit.get()).await? {
-            return Ok(page);
-        }
+        let not_yet_served = match feed.look(since, params.limit.get()).await? {
+            Look::Page(page) => return Ok(page),
+            Look::Nothing { caught_up, not_yet_served } => {
+                since = caught_up;
+                not_yet_served
+            }
+        };
         if Instant::now() >= deadline || state.shutdown.is_cancelled() {
             break;
         }
@@ -80,9 +115,19 @@ pub async fn changes_page<R: Resource>(
             () = state.shutdown.cancelled() => break,
             () = tokio::time::sleep_until(deadline) => break,
             () = watch.changed() => {}
+            () = tokio::time::sleep(NOT_YET_SERVED_RECHECK), if not_yet_served => {}
         }
     }
     feed.body(&[], false, since)
+}
+
+/// What a look at a feed found.
+enum Look {
+    /// A page of changes, its body written.
+    Page(Vec<u8>),
+    /// No change after the position asked for; the feed is read up to `caught_up`.
+    /// `not_yet_served`: changes are committed that the horizon does not let through yet.
+    Nothing { caught_up: FeedPosition, not_yet_served: bool },
 }
 
 /// One workspace's feed of `R`.
@@ -97,45 +142,43 @@ impl<R: Resource> Feed<'_, R> {
         (self.scope.resource, self.scope.workspace_id)
     }
 
-    /// The feed's newest position: its known head, or the counter's value.
-    async fn newest(&self) -> Result<i64, ApiError> {
-        let heads = &self.state.feed_heads;
-        if let Some(newest) = heads.known(self.key()) {
-            return Ok(newest);
-        }
-        let ticket = heads.ticket();
-        let newest = newest_position::<R>(&self.state.reads, self.scope.workspace_id).await?;
-        heads.learn(self.key(), ticket, newest);
-        Ok(newest)
+    /// The position of `since=latest`: after every transaction that has ended.
+    async fn latest(&self) -> Result<FeedPosition, ApiError> {
+        Ok(FeedPosition::below(horizon(&self.state.reads, self.scope.workspace_id).await?))
     }
 
-    /// The page of up to `limit` changes after `since`, or `None` when there is none:
-    /// from memory when the feed's head is known to be at or before `since`.
-    async fn look(&self, since: i64, limit: usize) -> Result<Option<Vec<u8>>, ApiError> {
+    /// The page of up to `limit` changes after `since`, or how far there is nothing: from
+    /// memory when the feed's newest transaction is known to be at or before `since`.
+    async fn look(&self, since: FeedPosition, limit: usize) -> Result<Look, ApiError> {
         let heads = &self.state.feed_heads;
-        if heads.known(self.key()).is_some_and(|newest| newest <= since) {
+        if heads.known(self.key()).is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
-            return Ok(None);
+            return Ok(Look::Nothing { caught_up: since, not_yet_served: false });
         }
         let ticket = heads.ticket();
         // One row more than the page tells whether more are ready.
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
-        let rows = fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?;
-        let page = &rows[..limit.min(rows.len())];
+        let changes = fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?;
+        let newest = changes.newest.unwrap_or(0);
+        heads.learn(self.key(), ticket, newest);
+        let page = &changes.rows[..limit.min(changes.rows.len())];
+        let has_more = changes.rows.len() > limit;
+        // Read to the end: everything below the horizon is behind the client.
+        let read_to = |position: FeedPosition| position.max(FeedPosition::below(changes.horizon));
         let Some(last) = page.last() else {
-            heads.learn(self.key(), ticket, since);
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "database").increment(1);
-            return Ok(None);
+            let caught_up = read_to(since);
+            return Ok(Look::Nothing {
+                caught_up,
+                not_yet_served: FeedPosition::after_transaction(newest) > caught_up,
+            });
         };
-        let has_more = rows.len() > limit;
-        if !has_more {
-            heads.learn(self.key(), ticket, last.position);
-        }
-        self.body(page, has_more, last.position).map(Some)
+        let position = if has_more { last.position } else { read_to(last.position) };
+        self.body(page, has_more, position).map(Look::Page)
     }
 
     /// `{"data":[…],"hasMore":…,"syncToken":…,"requestId":…}`, the token at `position`.
-    fn body(&self, changes: &[ChangedRow], has_more: bool, position: i64) -> Result<Vec<u8>, ApiError> {
+    fn body(&self, changes: &[ChangedRow], has_more: bool, position: FeedPosition) -> Result<Vec<u8>, ApiError> {
         let mut body = Vec::with_capacity(changes.len() * CHANGE_BYTES + ENVELOPE_BYTES);
         body.extend_from_slice(b"{\"data\":[");
         for (index, change) in changes.iter().enumerate() {
@@ -143,7 +186,7 @@ impl<R: Resource> Feed<'_, R> {
                 body.push(b',');
             }
             body.extend_from_slice(b"{\"id\":\"");
-            body.extend_from_slice(change.id.hyphenated().encode_lower(&mut Uuid::encode_buffer()).as_bytes());
+            body.extend_from_slice(change.position.id.hyphenated().encode_lower(&mut Uuid::encode_buffer()).as_bytes());
             if change.active {
                 body.extend_from_slice(b"\",\"change\":\"upserted\",\"record\":");
                 R::record(&change.row)?.write_json(&mut body).map_err(|error| ApiError::Internal(Box::new(error)))?;

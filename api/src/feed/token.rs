@@ -1,6 +1,9 @@
 //! Sync tokens: opaque, signed, never expiring.
 //!
-//! A token carries one number, the feed position its response reached. Its HMAC-SHA256
+//! A token carries the feed position its response reached: a transaction id and a record
+//! id. Tokens of the first format (a per-workspace counter's position, before the feed
+//! was ordered by transaction) still verify and resume from the beginning, which repeats
+//! changes and skips none. Its HMAC-SHA256
 //! tag also covers the operation and the workspace, which do not travel in it, and a
 //! label no listing cursor's tag covers: a token replayed in another workspace or
 //! operation, a listing cursor passed as `since`, or a token altered in any byte fails
@@ -14,13 +17,18 @@ use secrecy::SecretString;
 use sha2::Sha256;
 use uuid::Uuid;
 
+use super::FeedPosition;
 use crate::listing::cursor::scoped_mac;
 
 /// The format's version, first byte of every token.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The first format's version: a counter's position, which no longer orders the feed.
+const COUNTER_VERSION: u8 = 1;
 const TAG_LEN: usize = 32;
+/// version, transaction, record id.
+const BODY_LEN: usize = 1 + 8 + 16;
 /// version, position.
-const BODY_LEN: usize = 1 + 8;
+const COUNTER_BODY_LEN: usize = 1 + 8;
 /// What separates a sync token's tag from a cursor's (`lectern-cursor`).
 const LABEL: &[u8] = b"lectern-sync-token";
 
@@ -59,33 +67,43 @@ impl SyncTokens {
     }
 
     /// The token of `position` in `scope`'s feed.
-    pub fn issue(&self, scope: FeedScope, position: i64) -> String {
+    pub fn issue(&self, scope: FeedScope, position: FeedPosition) -> String {
         let mut bytes = Vec::with_capacity(BODY_LEN + TAG_LEN);
         bytes.push(VERSION);
-        bytes.extend_from_slice(&position.to_be_bytes());
+        bytes.extend_from_slice(&position.transaction.to_be_bytes());
+        bytes.extend_from_slice(position.id.as_bytes());
         let tag: [u8; TAG_LEN] = self.mac(scope, &bytes).finalize().into_bytes().into();
         bytes.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(bytes)
     }
 
     /// The position `token` carries, if this server issued it for `scope`.
-    pub fn open(&self, token: &str, scope: FeedScope) -> Result<i64, TokenError> {
+    pub fn open(&self, token: &str, scope: FeedScope) -> Result<FeedPosition, TokenError> {
         // Anything longer is not ours; refused before decoding.
         if token.len() > 4 * (BODY_LEN + TAG_LEN) {
             return Err(TokenError::Malformed);
         }
         let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| TokenError::Malformed)?;
-        if bytes.len() != BODY_LEN + TAG_LEN || bytes[0] != VERSION {
+        let body_len = match bytes.first() {
+            Some(&VERSION) => BODY_LEN,
+            Some(&COUNTER_VERSION) => COUNTER_BODY_LEN,
+            _ => return Err(TokenError::Malformed),
+        };
+        if bytes.len() != body_len + TAG_LEN {
             return Err(TokenError::Malformed);
         }
-        let (body, tag) = bytes.split_at(BODY_LEN);
+        let (body, tag) = bytes.split_at(body_len);
         self.mac(scope, body).verify_slice(tag).map_err(|_| TokenError::Mismatch)?;
-        let position = i64::from_be_bytes(body[1..].try_into().map_err(|_| TokenError::Malformed)?);
+        if body_len == COUNTER_BODY_LEN {
+            return Ok(FeedPosition::START);
+        }
+        let transaction = i64::from_be_bytes(body[1..9].try_into().map_err(|_| TokenError::Malformed)?);
+        let id = uuid::Uuid::from_slice(&body[9..]).map_err(|_| TokenError::Malformed)?;
         // Only positions this server handed out verify, and those are never negative.
-        if position < 0 {
+        if transaction < 0 {
             return Err(TokenError::Malformed);
         }
-        Ok(position)
+        Ok(FeedPosition { transaction, id })
     }
 
     fn mac(&self, scope: FeedScope, body: &[u8]) -> Hmac<Sha256> {
@@ -105,10 +123,14 @@ mod tests {
         FeedScope { resource: "contacts", workspace_id }
     }
 
+    fn at(transaction: i64) -> FeedPosition {
+        FeedPosition { transaction, id: Uuid::new_v4() }
+    }
+
     #[test]
     fn a_token_round_trips_its_position() {
         let workspace = Uuid::new_v4();
-        for position in [0, 1, 41, i64::MAX] {
+        for position in [FeedPosition::START, at(1), at(41), FeedPosition::after_transaction(i64::MAX)] {
             let token = tokens().issue(scope(workspace), position);
             assert_eq!(tokens().open(&token, scope(workspace)), Ok(position));
             assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{token}");
@@ -118,7 +140,7 @@ mod tests {
     #[test]
     fn every_changed_byte_is_detected() {
         let workspace = Uuid::new_v4();
-        let bytes = URL_SAFE_NO_PAD.decode(tokens().issue(scope(workspace), 12)).unwrap();
+        let bytes = URL_SAFE_NO_PAD.decode(tokens().issue(scope(workspace), at(12))).unwrap();
         for index in 0..bytes.len() {
             let mut altered = bytes.clone();
             altered[index] ^= 1;
@@ -129,7 +151,7 @@ mod tests {
     #[test]
     fn a_token_is_bound_to_its_workspace_operation_and_secret() {
         let workspace = Uuid::new_v4();
-        let token = tokens().issue(scope(workspace), 12);
+        let token = tokens().issue(scope(workspace), at(12));
         assert_eq!(tokens().open(&token, scope(Uuid::new_v4())), Err(TokenError::Mismatch));
         assert_eq!(
             tokens().open(&token, FeedScope { resource: "items", workspace_id: workspace }),
@@ -155,6 +177,21 @@ mod tests {
         };
         let cursor = cursors.issue(&cursor_scope, &Position::Name { name: "a".to_owned(), id: workspace });
         assert!(tokens().open(&cursor, scope(workspace)).is_err());
+    }
+
+    #[test]
+    fn a_token_of_the_counter_format_resumes_from_the_beginning_and_stays_bound() {
+        let workspace = Uuid::new_v4();
+        let mut bytes = vec![COUNTER_VERSION];
+        bytes.extend_from_slice(&200_000_i64.to_be_bytes());
+        let tag: [u8; TAG_LEN] = tokens().mac(scope(workspace), &bytes).finalize().into_bytes().into();
+        bytes.extend_from_slice(&tag);
+        let token = URL_SAFE_NO_PAD.encode(&bytes);
+        assert_eq!(tokens().open(&token, scope(workspace)), Ok(FeedPosition::START));
+        assert_eq!(tokens().open(&token, scope(Uuid::new_v4())), Err(TokenError::Mismatch));
+        let mut altered = bytes.clone();
+        altered[3] ^= 1;
+        assert!(tokens().open(&URL_SAFE_NO_PAD.encode(altered), scope(workspace)).is_err());
     }
 
     #[test]

@@ -123,7 +123,7 @@ async fn every_item_field_a_batch_writes_is_served_back_unchanged_by_retrieve_an
 async fn a_batch_writes_every_stored_column_and_the_api_reads_every_one_but_the_bookkeeping() {
     let db = TestDatabase::create().await;
     // The key's columns the API filters on but does not serve.
-    let bookkeeping = ["workspace_id", "version", "status", "change_position"];
+    let bookkeeping = ["workspace_id", "version", "status", "change_xid"];
 
     for (table, written, selected) in [
         (contacts::TABLE, contacts::written_columns(), contacts::SELECTED),

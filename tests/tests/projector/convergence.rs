@@ -20,10 +20,10 @@ use uuid::Uuid;
 /// arrival changes; the changes feed's tests check them.
 async fn rows_of(pool: &PgPool, workspace: Uuid) -> Vec<String> {
     sqlx::query_scalar(
-        "select 'contact ' || (to_jsonb(c) - 'workspace_id' - 'change_position')::text from contacts c
+        "select 'contact ' || (to_jsonb(c) - 'workspace_id' - 'change_xid')::text from contacts c
          where workspace_id = $1
          union all
-         select 'item ' || (to_jsonb(i) - 'workspace_id' - 'change_position')::text from items i
+         select 'item ' || (to_jsonb(i) - 'workspace_id' - 'change_xid')::text from items i
          where workspace_id = $1
          order by 1",
     )

@@ -1,9 +1,9 @@
-//! Rule 4's hard part, made deterministic: a transaction takes its feed positions and
-//! then stays open (held by the test) while a later writer of the same workspace tries
-//! to commit, and a client polls in between. The change that took its position first
-//! must reach the client once it commits. With positions from a plain sequence the
-//! later writer would commit first with a higher position, the client's token would
-//! move past the open transaction's position, and its change would never be served.
+//! Rule 4's hard part, made deterministic: a transaction writes its change and then
+//! stays open (held by the test) while a later writer of the same workspace commits, and
+//! a client polls in between. The change written first must reach the client once it
+//! commits. Were rows served as soon as they are visible, the later writer's change
+//! would be served first, the client's token would move past the open transaction's
+//! place in the order, and its change would never be served.
 
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ fn one_contact(workspace: Uuid, id: Uuid, name: &str) -> contacts::Batch {
 }
 
 #[tokio::test]
-async fn a_change_that_took_its_position_first_is_served_once_it_commits_whatever_committed_meanwhile() {
+async fn a_change_written_first_is_served_once_it_commits_whatever_committed_meanwhile() {
     let db = TestDatabase::create().await;
     let app = TestApp::spawn(db.pool.clone()).await;
     let (workspace, key) = app.workspace_with_key().await;
