@@ -111,6 +111,20 @@ impl Watch {
     }
 }
 
+impl Watch {
+    /// Whether the head has moved, or become unknown, since this watch was taken.
+    fn moved(&self) -> bool {
+        self.receiver.has_changed().unwrap_or(true)
+    }
+}
+
+impl Ticket {
+    /// Whether the listener was up when the ticket was taken.
+    pub fn trusted(self) -> bool {
+        self.trusted
+    }
+}
+
 impl Invalidated for FeedHeads {
     fn channel(&self) -> &'static str {
         CHANGES_CHANNEL
@@ -174,6 +188,13 @@ impl FeedHeads {
             return;
         }
         self.raise(key, ticket.epoch, newest);
+    }
+
+    /// Whether what a read begun at `ticket`, with `watch` taken before it, found is
+    /// still what a read would find now: the listener has been up throughout and no change
+    /// of the watched feed has been announced since.
+    pub fn unchanged_since(&self, ticket: Ticket, watch: &Watch) -> bool {
+        ticket.trusted && self.trusted() && self.current_epoch() == ticket.epoch && !watch.moved()
     }
 
     /// Makes `key`'s head known in `epoch` and at least `newest`: a head of an earlier

@@ -15,9 +15,11 @@
 //! - [`params`]: `since`, `limit`, `wait`.
 //! - [`token`]: signed sync tokens.
 //! - [`heads`]: each feed's newest position, kept by notifications; waiting requests.
+//! - [`read_ahead`]: the page after a full one, read before its client asks.
 
 pub mod heads;
 pub mod params;
+pub mod read_ahead;
 pub mod token;
 
 use std::marker::PhantomData;
@@ -34,11 +36,12 @@ use crate::http::AppState;
 use crate::operations::names::FEED_EMPTY_POLLS as EMPTY_POLLS;
 use heads::{FeedKey, Waiting};
 use params::{FeedLimit, Since, WaitSeconds};
+use read_ahead::PageKey;
 use token::FeedScope;
 
 /// Where a feed stands: after every row of transaction `transaction` whose id is at most
 /// `id`. Ordered as the feed is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FeedPosition {
     pub transaction: i64,
     pub id: Uuid,
@@ -155,10 +158,16 @@ impl<R: Resource> Feed<'_, R> {
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
             return Ok(Look::Nothing { caught_up: since, not_yet_served: false });
         }
-        let ticket = heads.ticket();
         // One row more than the page tells whether more are ready.
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
-        let changes = fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?;
+        let key = PageKey { feed: self.key(), after: since, rows };
+        let (ticket, changes) = match self.state.read_ahead.take(&key, heads).await {
+            Some(read) => (read.ticket, read.changes),
+            None => {
+                let ticket = heads.ticket();
+                (ticket, fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?)
+            }
+        };
         let newest = changes.newest.unwrap_or(0);
         heads.learn(self.key(), ticket, newest);
         let page = &changes.rows[..limit.min(changes.rows.len())];
@@ -174,7 +183,26 @@ impl<R: Resource> Feed<'_, R> {
             });
         };
         let position = if has_more { last.position } else { read_to(last.position) };
+        if has_more {
+            self.read_ahead(PageKey { after: position, ..key });
+        }
         self.body(page, has_more, position).map(Look::Page)
+    }
+
+    /// Starts reading the page `key` for the client that will ask for it next.
+    fn read_ahead(&self, key: PageKey) {
+        let connections = self.state.reads.clone();
+        let read = async move {
+            let (workspace_id, after, rows) = (key.feed.1, key.after, key.rows);
+            match fetch_changes::<R>(&connections, workspace_id, after, rows).await {
+                Ok(changes) => Some(changes),
+                Err(error) => {
+                    tracing::debug!(error = %error, "a feed page read ahead failed; its request reads it again");
+                    None
+                }
+            }
+        };
+        self.state.read_ahead.start(key, &self.state.feed_heads, read);
     }
 
     /// `{"data":[…],"hasMore":…,"syncToken":…,"requestId":…}`, the token at `position`.

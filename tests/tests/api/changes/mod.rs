@@ -2,6 +2,7 @@
 //! `docs/api.md` ("The changes feed") states them.
 
 mod long_polls;
+mod read_ahead;
 mod rules;
 mod skip_race;
 mod tokens;
