@@ -20,8 +20,9 @@ pub mod names {
     pub const FEED_EMPTY_POLLS: &str = "lectern_api_feed_empty_polls_total";
     /// Feed requests waiting for a change now (`wait`), holding no connection.
     pub const FEED_WAITING: &str = "lectern_api_feed_waiting_requests";
-    /// Feed pages read before their client asked, by `outcome` (`served`; `stale`: a
-    /// change of the feed was announced after the read; `unclaimed`: nobody asked in time).
+    /// Feed pages read before their client asked, by `outcome` (`served`: ready when asked
+    /// for; `served_after_wait`: still being read; `stale`: a change of the feed was
+    /// announced after the read; `unclaimed`: nobody asked in time).
     pub const FEED_READ_AHEAD: &str = "lectern_api_feed_read_ahead_pages_total";
     pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
     pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";

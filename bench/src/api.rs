@@ -45,6 +45,19 @@ impl Api {
         };
         Ok((total("lectern_http_request_duration_seconds_count"), total("lectern_http_request_duration_seconds_sum")))
     }
+
+    /// Each sample of the metric `name` so far, as its labels and value.
+    pub async fn samples(&self, name: &str) -> Result<Vec<(String, f64)>> {
+        let text = reqwest::get(format!("http://{}/metrics", self.metrics)).await?.text().await?;
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let labels = line.strip_prefix(name)?.strip_prefix('{')?;
+                let (labels, value) = labels.rsplit_once("} ")?;
+                Some((labels.to_owned(), value.trim().parse::<f64>().ok()?))
+            })
+            .collect())
+    }
 }
 
 pub async fn start(binary: &Path, database: &Database, work: &Path) -> Result<Api> {

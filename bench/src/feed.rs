@@ -19,6 +19,7 @@ use lectern_api::db::listing::Resource;
 use lectern_api::feed::params::FeedLimit;
 use lectern_api::feed::token::{FeedScope, SyncTokens};
 use lectern_api::feed::FeedPosition;
+use lectern_api::operations::names::FEED_READ_AHEAD;
 use lectern_projector::workspace_indexes::OwnIndexSettings;
 use secrecy::SecretString;
 use uuid::Uuid;
@@ -92,6 +93,17 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
             thousands(read.records as f64 / read.elapsed.as_secs_f64())
         );
     }
+
+    let read_ahead = api.samples(FEED_READ_AHEAD).await?;
+    let read_ahead = if read_ahead.is_empty() {
+        "none".to_owned()
+    } else {
+        read_ahead
+            .iter()
+            .map(|(labels, value)| format!("{labels} {}", thousands(*value)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
 
     eprintln!("[5/6] API: an empty poll under wrk, then pgbench running the feed's statement");
     let client = reqwest::Client::new();
@@ -268,7 +280,8 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
          following `syncToken` until `hasMore` is false (every change of the {} contacts served once, checked), \
          against `GET /v1/contacts?limit=100` following `nextCursor` to the end; {ROUNDS} rounds, listing then feed, \
          medians of each (feed {} records/s, listing {} records/s). CPU per page is the API process's and every \
-         PostgreSQL process's over the traversals, from /proc.",
+         PostgreSQL process's over the traversals, from /proc. Feed pages read ahead over the rounds, by outcome \
+         (`{FEED_READ_AHEAD}`): {read_ahead}.",
         thousands(f64::from(plan.big().contacts)),
         list(&catch_up.iter().map(|(records, elapsed, _)| *records as f64 / elapsed.as_secs_f64()).collect::<Vec<_>>()),
         list(&listing.iter().map(|(records, elapsed, _)| *records as f64 / elapsed.as_secs_f64()).collect::<Vec<_>>()),

@@ -36,7 +36,7 @@ use crate::http::AppState;
 use crate::operations::names::FEED_EMPTY_POLLS as EMPTY_POLLS;
 use heads::{FeedKey, Waiting};
 use params::{FeedLimit, Since, WaitSeconds};
-use read_ahead::PageKey;
+use read_ahead::{PageKey, ReadPage};
 use token::FeedScope;
 
 /// Where a feed stands: after every row of transaction `transaction` whose id is at most
@@ -89,7 +89,7 @@ pub async fn changes_page<R: Resource>(
     let feed = Feed::<R> { state, scope: FeedScope { resource: R::NAME, workspace_id }, resource: PhantomData };
     let mut since = match &params.since {
         None => FeedPosition::START,
-        Some(Since::Latest) => return feed.body(&[], false, feed.latest().await?),
+        Some(Since::Latest) => return feed.body(write_data::<R>(&[])?, false, feed.latest().await?),
         Some(Since::Token(token)) => {
             state.sync_tokens.open(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
         }
@@ -121,7 +121,7 @@ pub async fn changes_page<R: Resource>(
             () = tokio::time::sleep(NOT_YET_SERVED_RECHECK), if not_yet_served => {}
         }
     }
-    feed.body(&[], false, since)
+    feed.body(write_data::<R>(&[])?, false, since)
 }
 
 /// What a look at a feed found.
@@ -131,6 +131,29 @@ enum Look {
     /// No change after the position asked for; the feed is read up to `caught_up`.
     /// `not_yet_served`: changes are committed that the horizon does not let through yet.
     Nothing { caught_up: FeedPosition, not_yet_served: bool },
+}
+
+/// `{"data":[…]` with an entry per change: the part of a page's body that depends only
+/// on what was read, so that a page read ahead is written ahead too.
+fn write_data<R: Resource>(changes: &[ChangedRow]) -> Result<Vec<u8>, ApiError> {
+    let mut body = Vec::with_capacity(changes.len() * CHANGE_BYTES + ENVELOPE_BYTES);
+    body.extend_from_slice(b"{\"data\":[");
+    for (index, change) in changes.iter().enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(b"{\"id\":\"");
+        body.extend_from_slice(change.position.id.hyphenated().encode_lower(&mut Uuid::encode_buffer()).as_bytes());
+        if change.active {
+            body.extend_from_slice(b"\",\"change\":\"upserted\",\"record\":");
+            R::record(&change.row)?.write_json(&mut body).map_err(|error| ApiError::Internal(Box::new(error)))?;
+            body.push(b'}');
+        } else {
+            body.extend_from_slice(b"\",\"change\":\"removed\",\"record\":null}");
+        }
+    }
+    body.push(b']');
+    Ok(body)
 }
 
 /// One workspace's feed of `R`.
@@ -161,11 +184,11 @@ impl<R: Resource> Feed<'_, R> {
         // One row more than the page tells whether more are ready.
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
         let key = PageKey { feed: self.key(), after: since, rows };
-        let (ticket, changes) = match self.state.read_ahead.take(&key, heads).await {
-            Some(read) => (read.ticket, read.changes),
+        let (ticket, changes, written) = match self.state.read_ahead.take(&key, heads).await {
+            Some(read) => (read.ticket, read.changes, Some(read.data)),
             None => {
                 let ticket = heads.ticket();
-                (ticket, fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?)
+                (ticket, fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?, None)
             }
         };
         let newest = changes.newest.unwrap_or(0);
@@ -186,44 +209,34 @@ impl<R: Resource> Feed<'_, R> {
         if has_more {
             self.read_ahead(PageKey { after: position, ..key });
         }
-        self.body(page, has_more, position).map(Look::Page)
+        let data = match written {
+            Some(data) => data,
+            None => write_data::<R>(page)?,
+        };
+        self.body(data, has_more, position).map(Look::Page)
     }
 
-    /// Starts reading the page `key` for the client that will ask for it next.
+    /// Starts reading the page `key`, and writing its entries, for the client that will
+    /// ask for it next: both then happen while this page is sent and read.
     fn read_ahead(&self, key: PageKey) {
         let connections = self.state.reads.clone();
         let read = async move {
             let (workspace_id, after, rows) = (key.feed.1, key.after, key.rows);
-            match fetch_changes::<R>(&connections, workspace_id, after, rows).await {
-                Ok(changes) => Some(changes),
-                Err(error) => {
-                    tracing::debug!(error = %error, "a feed page read ahead failed; its request reads it again");
-                    None
-                }
-            }
+            let changes = fetch_changes::<R>(&connections, workspace_id, after, rows)
+                .await
+                .map_err(|error| tracing::debug!(error = %error, "a feed page read ahead failed; its request reads it again"))
+                .ok()?;
+            let limit = usize::try_from(rows - 1).unwrap_or(0);
+            let data = write_data::<R>(&changes.rows[..limit.min(changes.rows.len())]).ok()?;
+            Some(ReadPage { changes, data })
         };
         self.state.read_ahead.start(key, &self.state.feed_heads, read);
     }
 
-    /// `{"data":[…],"hasMore":…,"syncToken":…,"requestId":…}`, the token at `position`.
-    fn body(&self, changes: &[ChangedRow], has_more: bool, position: FeedPosition) -> Result<Vec<u8>, ApiError> {
-        let mut body = Vec::with_capacity(changes.len() * CHANGE_BYTES + ENVELOPE_BYTES);
-        body.extend_from_slice(b"{\"data\":[");
-        for (index, change) in changes.iter().enumerate() {
-            if index > 0 {
-                body.push(b',');
-            }
-            body.extend_from_slice(b"{\"id\":\"");
-            body.extend_from_slice(change.position.id.hyphenated().encode_lower(&mut Uuid::encode_buffer()).as_bytes());
-            if change.active {
-                body.extend_from_slice(b"\",\"change\":\"upserted\",\"record\":");
-                R::record(&change.row)?.write_json(&mut body).map_err(|error| ApiError::Internal(Box::new(error)))?;
-                body.push(b'}');
-            } else {
-                body.extend_from_slice(b"\",\"change\":\"removed\",\"record\":null}");
-            }
-        }
-        body.extend_from_slice(b"],\"hasMore\":");
+    /// `data` (as [`write_data`] writes it), then `,"hasMore":…,"syncToken":…,"requestId":…}`
+    /// with the token at `position`.
+    fn body(&self, mut body: Vec<u8>, has_more: bool, position: FeedPosition) -> Result<Vec<u8>, ApiError> {
+        body.extend_from_slice(b",\"hasMore\":");
         body.extend_from_slice(if has_more { b"true" } else { b"false" });
         body.extend_from_slice(b",\"syncToken\":");
         write_str(&mut body, &self.state.sync_tokens.issue(self.scope, position));

@@ -1,10 +1,11 @@
 //! Reading a feed's next page before its client asks for it.
 //!
 //! A client catching up calls again at once whenever `hasMore` is true, with the token
-//! of the page it has just received. So when a page is full, the page after it is read
-//! while the first is still being written and sent; the client's next call finds it read,
-//! or waits for the read already under way instead of starting its own. On a catch-up the
-//! database's share of each page then overlaps the API's and the client's.
+//! of the page it has just received. So when a page is full, the page after it is read,
+//! and its entries written, while the first is still being sent and read; the client's
+//! next call finds it ready, or waits for the read already under way instead of starting
+//! its own. On a catch-up the database's share of each page and most of the API's then
+//! overlap the client's.
 //!
 //! A page read ahead is served only as a read would find it now: while no change of its
 //! feed has been announced since the read began (the notifications that keep the
@@ -47,18 +48,32 @@ pub struct PageKey {
     pub rows: i64,
 }
 
-/// A page read ahead, with what tells whether it is still as a read would find it now.
+/// A page read ahead, its entries written.
 pub struct ReadPage {
+    pub changes: Changes,
+    /// The body's `{"data":[…]`.
+    pub data: Vec<u8>,
+}
+
+/// A page read ahead, with what tells whether it is still as a read would find it now.
+pub struct Claimed {
     /// Taken before the read, as for [`FeedHeads::learn`].
     pub ticket: Ticket,
-    watch: Watch,
     pub changes: Changes,
+    pub data: Vec<u8>,
+}
+
+/// What a finished read hands to the request that claims it.
+struct Finished {
+    ticket: Ticket,
+    watch: Watch,
+    page: ReadPage,
 }
 
 /// A read under way or done, not yet claimed.
 struct Held {
     since: Instant,
-    read: oneshot::Receiver<ReadPage>,
+    read: oneshot::Receiver<Finished>,
 }
 
 /// The pages read ahead, shared by every request of a process.
@@ -81,7 +96,7 @@ impl ReadAhead {
     /// could never be served.
     pub fn start<F>(&self, key: PageKey, heads: &FeedHeads, read: F)
     where
-        F: Future<Output = Option<Changes>> + Send + 'static,
+        F: Future<Output = Option<ReadPage>> + Send + 'static,
     {
         let ticket = heads.ticket();
         if !ticket.trusted() {
@@ -110,27 +125,33 @@ impl ReadAhead {
         let watch = heads.watch(key.feed);
         let finished = self.finished.clone();
         tokio::spawn(async move {
-            let changes = read.await;
+            let page = read.await;
             drop(permit);
             finished.fetch_add(1, Ordering::Release);
-            if let Some(changes) = changes {
+            if let Some(page) = page {
                 // The client may have gone meanwhile: nobody to hand the page to.
-                let _unclaimed = sender.send(ReadPage { ticket, watch, changes });
+                let _unclaimed = sender.send(Finished { ticket, watch, page });
             }
         });
     }
 
     /// The page `key` if it was read ahead and is still as a read would find it now,
     /// waiting for its read when that is under way. `None`: read it.
-    pub async fn take(&self, key: &PageKey, heads: &FeedHeads) -> Option<ReadPage> {
-        let held = self.lock().remove(key)?;
-        let Ok(page) = held.read.await else {
+    pub async fn take(&self, key: &PageKey, heads: &FeedHeads) -> Option<Claimed> {
+        let mut held = self.lock().remove(key)?;
+        let (finished, served) = match held.read.try_recv() {
+            Ok(finished) => (finished, "served"),
+            Err(oneshot::error::TryRecvError::Empty) => match held.read.await {
+                Ok(finished) => (finished, "served_after_wait"),
+                Err(_) => return None,
+            },
             // The read failed; the request's own read reports why.
-            return None;
+            Err(oneshot::error::TryRecvError::Closed) => return None,
         };
-        let current = heads.unchanged_since(page.ticket, &page.watch);
-        metrics::counter!(FEED_READ_AHEAD, "outcome" => if current { "served" } else { "stale" }).increment(1);
-        current.then_some(page)
+        let Finished { ticket, watch, page } = finished;
+        let current = heads.unchanged_since(ticket, &watch);
+        metrics::counter!(FEED_READ_AHEAD, "outcome" => if current { served } else { "stale" }).increment(1);
+        current.then_some(Claimed { ticket, changes: page.changes, data: page.data })
     }
 
     /// Reads ahead that have finished since the process started.
