@@ -23,7 +23,9 @@ impl Publisher {
     pub async fn connect(nats_url: &str) -> Result<Self> {
         let client = async_nats::connect(nats_url).await.context("connect to the private nats-server")?;
         let jetstream = jetstream::new(client);
-        lectern_projector::stream::ensure_stream(&jetstream).await.context("create the CHANGES stream")?;
+        lectern_projector::stream::ensure_stream(&jetstream, lectern_projector::stream::DEFAULT_STREAM_REPLICAS)
+            .await
+            .context("create the CHANGES stream")?;
         Ok(Self { jetstream, in_flight: VecDeque::with_capacity(WINDOW) })
     }
 

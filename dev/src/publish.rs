@@ -5,7 +5,7 @@ use std::fmt;
 
 use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 use lectern_fixtures::demo::{demo_events, expected_active_counts, record_counts, DemoCounts, DemoEvent};
-use lectern_projector::stream::ensure_stream;
+use lectern_projector::stream::{ensure_stream, DEFAULT_STREAM_REPLICAS};
 use lectern_schema::events::ChangeEvent;
 use uuid::Uuid;
 
@@ -68,7 +68,7 @@ impl fmt::Display for DemoOutcome {
 #[tracing::instrument(skip_all, fields(%workspace))]
 pub async fn publish_demo(jetstream: &jetstream::Context, workspace: Uuid) -> Result<DemoOutcome, DevError> {
     let events = demo_events(workspace);
-    let stream = ensure_stream(jetstream).await.map_err(DevError::Stream)?;
+    let stream = ensure_stream(jetstream, DEFAULT_STREAM_REPLICAS).await.map_err(DevError::Stream)?;
     if let Some(last) = events.last() {
         if holds(&stream, last).await? {
             return Ok(DemoOutcome::AlreadyPublished { workspace, events: events.len() });
@@ -93,7 +93,7 @@ pub async fn publish_demo(jetstream: &jetstream::Context, workspace: Uuid) -> Re
 #[tracing::instrument(skip_all, fields(%workspace))]
 pub async fn resend_demo(jetstream: &jetstream::Context, workspace: Uuid) -> Result<usize, DevError> {
     let events = demo_events(workspace);
-    ensure_stream(jetstream).await.map_err(DevError::Stream)?;
+    ensure_stream(jetstream, DEFAULT_STREAM_REPLICAS).await.map_err(DevError::Stream)?;
     send(jetstream, &events, Deduplicate::No).await?;
     tracing::info!(events = events.len(), "demo sent again");
     Ok(events.len())

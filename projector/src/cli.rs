@@ -43,9 +43,13 @@ enum Command {
 
 #[derive(Clone, Debug, Args)]
 struct NatsArgs {
-    /// NATS server URL.
+    /// NATS server URL, or a comma-separated list of a cluster's servers.
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
+    /// Copies of the CHANGES stream, one per server of a JetStream cluster, when the
+    /// command creates it (an existing stream keeps its own).
+    #[arg(long, env = "LECTERN_STREAM_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=stream::MAX_STREAM_REPLICAS as i64))]
+    stream_replicas: u8,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -232,6 +236,7 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
             from_rows: args.own_search_index_from,
             check_every: std::time::Duration::from_secs(args.own_search_index_every),
         },
+        stream_replicas: usize::from(args.nats.stream_replicas),
         ..RunSettings::default()
     };
     let consumed = consumer::run_watched(client, pool, settings, batches, shutdown.clone()).await;
@@ -267,10 +272,9 @@ async fn cancel_on_signal(token: CancellationToken) {
 }
 
 async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
-    let url = &args.nats.nats_url;
-    let client = async_nats::connect(url).await.map_err(ProjectorError::nats_connect(url))?;
+    let client = stream::connect_once(&args.nats.nats_url).await?;
     let jetstream = jetstream::new(client);
-    let mut stream = ensure_stream(&jetstream).await?;
+    let mut stream = ensure_stream(&jetstream, usize::from(args.nats.stream_replicas)).await?;
     let mut consumer = ensure_consumer(&stream).await?;
     let last_sequence =
         stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
@@ -342,10 +346,9 @@ async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let url = &args.nats.nats_url;
-    let client = async_nats::connect(url).await.map_err(ProjectorError::nats_connect(url))?;
+    let client = stream::connect_once(&args.nats.nats_url).await?;
     let jetstream = jetstream::new(client);
-    ensure_stream(&jetstream).await?;
+    ensure_stream(&jetstream, usize::from(args.nats.stream_replicas)).await?;
     let mut published = 0;
     for (event, text) in events {
         let mut headers = async_nats::HeaderMap::new();
@@ -379,7 +382,7 @@ mod tests {
     async fn a_missing_input_file_is_named_as_the_input_that_could_not_be_read() {
         let missing = std::env::temp_dir().join(format!("lectern-no-such-event-{}.json", uuid::Uuid::new_v4()));
         // Nothing listens there; the file is read, and fails, before NATS is dialled.
-        let nats = NatsArgs { nats_url: "nats://127.0.0.1:1".to_owned() };
+        let nats = NatsArgs { nats_url: "nats://127.0.0.1:1".to_owned(), stream_replicas: 1 };
 
         let error = publish(PublishArgs { nats, files: vec![missing.clone()] }).await.expect_err("no such file");
 

@@ -49,6 +49,8 @@ pub struct RunSettings {
     pub concurrent_batches: usize,
     /// When large workspaces get a search index of their own.
     pub own_indexes: OwnIndexSettings,
+    /// Copies of `CHANGES` when the projector creates it.
+    pub stream_replicas: usize,
 }
 
 impl Default for RunSettings {
@@ -58,6 +60,7 @@ impl Default for RunSettings {
             pull_wait: Duration::from_secs(1),
             concurrent_batches: 4,
             own_indexes: OwnIndexSettings::default(),
+            stream_replicas: crate::stream::DEFAULT_STREAM_REPLICAS,
         }
     }
 }
@@ -105,7 +108,7 @@ pub async fn run_watched(
     let mut backoff = Backoff::default();
     let consumer = loop {
         let attempt = tokio::select! {
-            attempt = async { ensure_consumer(&ensure_stream(&jetstream).await?).await } => attempt,
+            attempt = async { ensure_consumer(&ensure_stream(&jetstream, settings.stream_replicas).await?).await } => attempt,
             () = shutdown.cancelled() => return Ok(()),
         };
         match attempt {

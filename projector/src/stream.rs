@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, FromConsumer};
 use async_nats::jetstream::{self, stream};
+use async_nats::ServerAddr;
+use lectern_runtime::nats_servers_without_credentials;
 
 use crate::error::ProjectorError;
 
@@ -19,33 +21,83 @@ pub const CONSUMER: &str = "lectern-projector";
 /// in hand is kept alive with progress acks ([`crate::in_hand`]).
 pub const ACK_WAIT: Duration = Duration::from_secs(5);
 
-/// Connects to NATS; the client reconnects by itself for as long as the process lives.
-pub async fn connect(url: &str) -> Result<async_nats::Client, ProjectorError> {
+/// The setting that names the NATS servers, for messages.
+const NATS_URL_SETTING: &str = "--nats-url/NATS_URL";
+/// Copies of `CHANGES` unless told otherwise: one server, one copy.
+pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+/// Most replicas a JetStream stream may have.
+pub const MAX_STREAM_REPLICAS: usize = 5;
+
+/// The servers `urls` names: one NATS URL, or a comma-separated list of a cluster's
+/// servers (async-nats reads a string as a single server).
+pub fn servers(urls: &str) -> Result<Vec<ServerAddr>, ProjectorError> {
+    let servers = urls
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(|url| {
+            url.parse::<ServerAddr>().map_err(|error| ProjectorError::Config {
+                setting: NATS_URL_SETTING,
+                problem: format!("{} is not a NATS server URL: {error}", nats_servers_without_credentials(url)),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if servers.is_empty() {
+        return Err(ProjectorError::Config { setting: NATS_URL_SETTING, problem: "names no server".to_owned() });
+    }
+    Ok(servers)
+}
+
+/// Connects to the NATS servers `urls` names and keeps reconnecting, to any of them or
+/// to the other servers of their cluster, for as long as the process lives.
+pub async fn connect(urls: &str) -> Result<async_nats::Client, ProjectorError> {
     async_nats::ConnectOptions::new()
         .name("lectern-projector")
         .retry_on_initial_connect()
-        .connect(url)
+        .connect(servers(urls)?)
         .await
-        .map_err(ProjectorError::nats_connect(url))
+        .map_err(ProjectorError::nats_connect(urls))
 }
 
-/// Creates the stream if it is missing (an existing one is left as its operators set it).
-pub async fn ensure_stream(jetstream: &jetstream::Context) -> Result<stream::Stream, ProjectorError> {
-    match create_stream(jetstream).await {
-        Ok(stream) => Ok(stream),
+/// Connects once to one of the servers `urls` names, for a command that should say at
+/// once when none answers.
+pub async fn connect_once(urls: &str) -> Result<async_nats::Client, ProjectorError> {
+    async_nats::ConnectOptions::new()
+        .name("lectern-projector")
+        .connect(servers(urls)?)
+        .await
+        .map_err(ProjectorError::nats_connect(urls))
+}
+
+/// Creates the stream with `replicas` copies (one per server, up to the cluster's size)
+/// if it is missing. An existing stream is left as its operators set it.
+pub async fn ensure_stream(jetstream: &jetstream::Context, replicas: usize) -> Result<stream::Stream, ProjectorError> {
+    let stream = match create_stream(jetstream, replicas).await {
+        Ok(stream) => stream,
         // Two processes starting together both see no stream and both create it; the
         // loser's create fails, and the stream it wanted now exists. Otherwise the
         // create's error is the one that explains the missing stream.
-        Err(error) => jetstream.get_stream(STREAM).await.map_err(|_| error),
+        Err(error) => jetstream.get_stream(STREAM).await.map_err(|_| error)?,
+    };
+    let kept = stream.cached_info().config.num_replicas;
+    if kept != replicas {
+        tracing::warn!(
+            stream = STREAM,
+            replicas = kept,
+            asked = replicas,
+            "the stream exists with another replica count, which is kept (change it with `nats stream edit`)"
+        );
     }
+    Ok(stream)
 }
 
-async fn create_stream(jetstream: &jetstream::Context) -> Result<stream::Stream, ProjectorError> {
+async fn create_stream(jetstream: &jetstream::Context, replicas: usize) -> Result<stream::Stream, ProjectorError> {
     jetstream
         .get_or_create_stream(stream::Config {
             name: STREAM.to_owned(),
             subjects: vec![SUBJECTS.to_owned()],
             storage: stream::StorageType::File,
+            num_replicas: replicas,
             // Duplicate publishes of one event (same Nats-Msg-Id = eventId) within
             // this window are stored once.
             duplicate_window: Duration::from_secs(120),
@@ -83,4 +135,26 @@ pub async fn ensure_consumer(stream: &stream::Stream) -> Result<consumer::PullCo
     let config = consumer::pull::Config::try_from_consumer_config(config)
         .map_err(ProjectorError::nats("reading the consumer's settings as a pull consumer's"))?;
     stream.update_consumer(config).await.map_err(ProjectorError::nats("updating the consumer's ack wait"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::servers;
+
+    #[test]
+    fn a_comma_separated_nats_url_names_every_server_of_the_cluster() {
+        let listed = servers("nats://10.0.0.1:4222, nats://10.0.0.2:4222,nats://user:pass@10.0.0.3:4222")
+            .expect("three servers");
+        let hosts: Vec<String> = listed.iter().map(|server| format!("{}:{}", server.host(), server.port())).collect();
+        assert_eq!(hosts, ["10.0.0.1:4222", "10.0.0.2:4222", "10.0.0.3:4222"]);
+    }
+
+    #[test]
+    fn a_nats_url_naming_no_server_or_a_bad_one_is_refused_naming_the_setting_without_credentials() {
+        for (urls, expected) in [(" , ", "names no server"), ("nats://user:secret@host:notaport", "REDACTED@")] {
+            let error = servers(urls).expect_err("refused").to_string();
+            assert!(error.contains("NATS_URL") && error.contains(expected), "{urls}: {error}");
+            assert!(!error.contains("secret"), "a password in an error: {error}");
+        }
+    }
 }

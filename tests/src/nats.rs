@@ -16,21 +16,27 @@ pub struct TestNats {
     pub url: String,
     store: PathBuf,
     child: Option<Child>,
+    /// Its name and cluster settings, when it is a node of a [`TestCluster`].
+    cluster_args: Vec<String>,
 }
 
 impl TestNats {
     pub async fn start() -> Self {
-        let port = free_port();
-        let store = std::env::temp_dir().join(format!("lectern-nats-{}", uuid::Uuid::new_v4().simple()));
-        let mut nats = Self { port, url: format!("nats://127.0.0.1:{port}"), store, child: None };
+        let mut nats = Self::unstarted(free_port(), Vec::new());
         nats.spawn().await;
         nats
+    }
+
+    fn unstarted(port: u16, cluster_args: Vec<String>) -> Self {
+        let store = std::env::temp_dir().join(format!("lectern-nats-{}", uuid::Uuid::new_v4().simple()));
+        Self { port, url: format!("nats://127.0.0.1:{port}"), store, child: None, cluster_args }
     }
 
     async fn spawn(&mut self) {
         let child = Command::new(server_binary())
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
             .arg(&self.store)
+            .args(&self.cluster_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -75,6 +81,56 @@ impl Drop for TestNats {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
+
+/// Three nats-servers routed into one JetStream cluster, each with its own ports and
+/// storage, so a test can kill any of them (`kill -9`) and start it again.
+pub struct TestCluster {
+    pub nodes: Vec<TestNats>,
+}
+
+/// The name every node of a [`TestCluster`] is started with, by index.
+pub fn node_name(index: usize) -> String {
+    format!("lectern-node-{index}")
+}
+
+impl TestCluster {
+    pub async fn start() -> Self {
+        const SIZE: usize = 3;
+        let route_ports: Vec<u16> = (0..SIZE).map(|_| free_port()).collect();
+        let routes = route_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect::<Vec<_>>().join(",");
+        let mut nodes: Vec<TestNats> = route_ports
+            .iter()
+            .enumerate()
+            .map(|(index, route_port)| {
+                let cluster_args = [
+                    "--name".to_owned(),
+                    node_name(index),
+                    "--cluster_name".to_owned(),
+                    "lectern-test".to_owned(),
+                    "--cluster".to_owned(),
+                    format!("nats://127.0.0.1:{route_port}"),
+                    "--routes".to_owned(),
+                    routes.clone(),
+                ];
+                TestNats::unstarted(free_port(), cluster_args.to_vec())
+            })
+            .collect();
+        for node in &mut nodes {
+            node.spawn().await;
+        }
+        Self { nodes }
+    }
+
+    /// Every node's client URL, comma-separated, as `NATS_URL` takes a cluster.
+    pub fn urls(&self) -> String {
+        self.nodes.iter().map(|node| node.url.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    /// The index of the node named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        (0..self.nodes.len()).find(|index| node_name(*index) == name)
     }
 }
 

@@ -39,7 +39,7 @@ impl RunningProjector {
     /// [`Self::start_consuming`] with settings of the test's choosing.
     pub async fn start_consuming_with(nats_url: &str, pool: PgPool, settings: RunSettings) -> Self {
         let projector = Self::start_with(nats_url, pool, settings).await;
-        let client = async_nats::connect(nats_url).await.expect("connect to the test nats-server");
+        let client = lectern_projector::stream::connect_once(nats_url).await.expect("connect to the test nats-server");
         // Generous: with the whole suite starting nats-servers at once on two cores,
         // creating a file-backed stream once took longer than 10 s in CI.
         let consuming = eventually(CONSUMER_CREATED_WITHIN, || async {
@@ -51,6 +51,11 @@ impl RunningProjector {
         .await;
         assert!(consuming, "the projector did not create its consumer within {CONSUMER_CREATED_WITHIN:?}");
         projector
+    }
+
+    /// Whether the run loop is still going: it has neither returned nor panicked.
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
     }
 
     /// Graceful stop: the batch in hand is finished, committed and acknowledged.
@@ -78,7 +83,9 @@ pub async fn publish(client: &async_nats::Client, event: &Value) {
 /// Publishes raw bytes to any subject (for contract violations), creating the stream if needed.
 pub async fn publish_raw(client: &async_nats::Client, subject: &str, payload: Vec<u8>) {
     let jetstream = jetstream::new(client.clone());
-    lectern_projector::stream::ensure_stream(&jetstream).await.expect("stream");
+    lectern_projector::stream::ensure_stream(&jetstream, lectern_projector::stream::DEFAULT_STREAM_REPLICAS)
+        .await
+        .expect("stream");
     jetstream.publish(subject.to_owned(), payload.into()).await.expect("publish").await.expect("publish ack");
 }
 

@@ -46,7 +46,11 @@ async fn end_barrier_sessions(db: &TestDatabase) {
 async fn consumer_with_events(nats: &TestNats, count: usize) -> PullConsumer {
     let client = nats.client().await;
     let jetstream = jetstream::new(client.clone());
-    let consumer = ensure_consumer(&ensure_stream(&jetstream).await.expect("stream")).await.expect("consumer");
+    let consumer = ensure_consumer(
+        &ensure_stream(&jetstream, lectern_projector::stream::DEFAULT_STREAM_REPLICAS).await.expect("stream"),
+    )
+    .await
+    .expect("consumer");
     let workspace = Uuid::new_v4();
     for index in 0..count {
         publish(&client, &contact_event("created", workspace, Uuid::new_v4(), 1, &format!("Contact {index}"))).await;

@@ -4,6 +4,7 @@
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 mod apply_rules;
+mod cluster;
 mod commands;
 mod commit_modes;
 mod concurrency;

@@ -203,7 +203,9 @@ pub(crate) async fn publish_all(jetstream: &jetstream::Context, events: &[Value]
 /// A JetStream context on the test's own nats-server, with the stream in place.
 pub(crate) async fn changes(nats: &TestNats) -> jetstream::Context {
     let jetstream = jetstream::new(nats.client().await);
-    lectern_projector::stream::ensure_stream(&jetstream).await.expect("the CHANGES stream");
+    lectern_projector::stream::ensure_stream(&jetstream, lectern_projector::stream::DEFAULT_STREAM_REPLICAS)
+        .await
+        .expect("the CHANGES stream");
     jetstream
 }
 

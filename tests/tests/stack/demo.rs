@@ -109,7 +109,9 @@ async fn a_demo_publish_cut_short_is_completed_by_the_next_and_each_event_is_sto
     let workspace = Uuid::new_v4();
     let events = demo_events(workspace);
     let jetstream = jetstream::new(nats.client().await);
-    lectern_projector::stream::ensure_stream(&jetstream).await.expect("the CHANGES stream");
+    lectern_projector::stream::ensure_stream(&jetstream, lectern_projector::stream::DEFAULT_STREAM_REPLICAS)
+        .await
+        .expect("the CHANGES stream");
     for event in &events[..100] {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
