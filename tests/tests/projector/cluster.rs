@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream::ClusterInfo};
 use async_nats::HeaderMap;
+use futures_util::future::join_all;
 use lectern_projector::consumer::RunSettings;
 use lectern_projector::stream::{connect_once, ensure_stream, CONSUMER, STREAM};
 use lectern_tests::nats::TestCluster;
@@ -67,16 +68,21 @@ async fn publish_all(jetstream: &jetstream::Context, events: &[Publication]) {
                     jetstream.publish_with_headers(event.subject.clone(), headers, event.body.clone().into()).await;
                 acks.push(sent);
             }
-            let mut failed = Vec::new();
-            for (event, sent) in pending.into_iter().zip(acks) {
-                let acknowledged = match sent {
+            // Awaited together: a publish lost with a killed leader is never answered, and
+            // each ack times out on its own 5 s, so one after another a window would wait
+            // for hundreds of them in turn.
+            let acknowledged = join_all(acks.into_iter().map(|sent| async move {
+                match sent {
                     Ok(ack) => ack.await.is_ok(),
                     Err(_) => false,
-                };
-                if !acknowledged {
-                    failed.push(event);
                 }
-            }
+            }))
+            .await;
+            let failed: Vec<&Publication> = pending
+                .into_iter()
+                .zip(acknowledged)
+                .filter_map(|(event, acknowledged)| (!acknowledged).then_some(event))
+                .collect();
             if !failed.is_empty() {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
