@@ -51,22 +51,17 @@ pub fn servers(urls: &str) -> Result<Vec<ServerAddr>, ProjectorError> {
 /// Connects to the NATS servers `urls` names and keeps reconnecting, to any of them or
 /// to the other servers of their cluster, for as long as the process lives.
 pub async fn connect(urls: &str) -> Result<async_nats::Client, ProjectorError> {
-    async_nats::ConnectOptions::new()
-        .name("lectern-projector")
-        .retry_on_initial_connect()
-        .connect(servers(urls)?)
-        .await
-        .map_err(ProjectorError::nats_connect(urls))
+    connect_with(urls, async_nats::ConnectOptions::new().retry_on_initial_connect()).await
 }
 
 /// Connects once to one of the servers `urls` names, for a command that should say at
 /// once when none answers.
 pub async fn connect_once(urls: &str) -> Result<async_nats::Client, ProjectorError> {
-    async_nats::ConnectOptions::new()
-        .name("lectern-projector")
-        .connect(servers(urls)?)
-        .await
-        .map_err(ProjectorError::nats_connect(urls))
+    connect_with(urls, async_nats::ConnectOptions::new()).await
+}
+
+async fn connect_with(urls: &str, options: async_nats::ConnectOptions) -> Result<async_nats::Client, ProjectorError> {
+    options.name("lectern-projector").connect(servers(urls)?).await.map_err(ProjectorError::nats_connect(urls))
 }
 
 /// Creates the stream with `replicas` copies (one per server, up to the cluster's size)

@@ -185,7 +185,7 @@ impl<R: Resource> Feed<'_, R> {
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
         let key = PageKey { feed: self.key(), after: since, rows };
         let (ticket, changes, written) = match self.state.read_ahead.take(&key, heads).await {
-            Some(read) => (read.ticket, read.changes, Some(read.data)),
+            Some((ticket, read)) => (ticket, read.changes, Some(read.data)),
             None => {
                 let ticket = heads.ticket();
                 (ticket, fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?, None)

@@ -55,14 +55,6 @@ pub struct ReadPage {
     pub data: Vec<u8>,
 }
 
-/// A page read ahead, with what tells whether it is still as a read would find it now.
-pub struct Claimed {
-    /// Taken before the read, as for [`FeedHeads::learn`].
-    pub ticket: Ticket,
-    pub changes: Changes,
-    pub data: Vec<u8>,
-}
-
 /// What a finished read hands to the request that claims it.
 struct Finished {
     ticket: Ticket,
@@ -136,8 +128,9 @@ impl ReadAhead {
     }
 
     /// The page `key` if it was read ahead and is still as a read would find it now,
-    /// waiting for its read when that is under way. `None`: read it.
-    pub async fn take(&self, key: &PageKey, heads: &FeedHeads) -> Option<Claimed> {
+    /// waiting for its read when that is under way, with the ticket taken before the read
+    /// (for [`FeedHeads::learn`]). `None`: read it.
+    pub async fn take(&self, key: &PageKey, heads: &FeedHeads) -> Option<(Ticket, ReadPage)> {
         let mut held = self.lock().remove(key)?;
         let (finished, served) = match held.read.try_recv() {
             Ok(finished) => (finished, "served"),
@@ -151,7 +144,7 @@ impl ReadAhead {
         let Finished { ticket, watch, page } = finished;
         let current = heads.unchanged_since(ticket, &watch);
         metrics::counter!(FEED_READ_AHEAD, "outcome" => if current { served } else { "stale" }).increment(1);
-        current.then_some(Claimed { ticket, changes: page.changes, data: page.data })
+        current.then_some((ticket, page))
     }
 
     /// Reads ahead that have finished since the process started.
