@@ -10,3 +10,4 @@ mod compose;
 mod dockerfile;
 mod docs_links;
 mod stack;
+mod standby;
