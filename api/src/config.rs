@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::db::replicas::ReplicaTarget;
 use crate::db::workspace_sizes::WalkSettings;
 use crate::db::PoolSettings;
 use crate::error::CommandError;
@@ -37,6 +38,26 @@ pub struct DatabaseArgs {
         hide_env_values = true
     )]
     pub database_url: String,
+}
+
+/// Streaming replicas that serve reads.
+#[derive(Clone, Debug, Args)]
+pub struct ReplicaArgs {
+    /// A PostgreSQL streaming replica that serves listings, retrieves and the changes feed
+    /// (repeat for several; comma-separated in the variable). Key checks, notifications
+    /// and writes stay on --database-url, as does any read no replica has replayed far
+    /// enough for.
+    #[arg(
+        long = "read-database-url",
+        env = "LECTERN_READ_DATABASE_URL",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub read_database_urls: Vec<String>,
+    /// Milliseconds a replica may lag behind the primary before it leaves the rotation
+    /// (it comes back by itself once it has caught up).
+    #[arg(long, env = "LECTERN_MAX_REPLICA_LAG_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub max_replica_lag_ms: u64,
 }
 
 /// How the API uses the database.
@@ -197,6 +218,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub pool: PoolArgs,
     #[command(flatten)]
+    pub replicas: ReplicaArgs,
+    #[command(flatten)]
     pub secrets: SecretArgs,
     #[command(flatten)]
     pub rate_limits: RateLimitArgs,
@@ -230,8 +253,22 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// What the application state is built from; fails on a missing or unusable secret.
     pub fn app_settings(&self) -> Result<AppSettings, CommandError> {
+        let reads = self.pool.settings();
+        let replicas = self
+            .replicas
+            .read_database_urls
+            .iter()
+            .map(|url| {
+                ReplicaTarget::from_url(url, &reads).map_err(|source| CommandError::Config {
+                    setting: "--read-database-url/LECTERN_READ_DATABASE_URL",
+                    problem: format!("{} is not a usable PostgreSQL URL: {source}", crate::db::redacted(url)),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(AppSettings {
-            reads: self.pool.settings(),
+            reads,
+            replicas,
+            max_replica_lag: Duration::from_millis(self.replicas.max_replica_lag_ms),
             pepper: self.secrets.pepper()?,
             environment: self.environment,
             cursor_secret: self.secrets.cursor_secret()?,

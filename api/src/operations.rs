@@ -8,8 +8,8 @@ use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, 
 use sqlx::PgPool;
 
 use crate::db;
-use crate::db::connections::ReadConnections;
 use crate::db::notifications::ListenerHealth;
+use crate::db::replicas::Reads;
 
 /// Names of the metrics the API records (one place, so docs/operations.md and tests agree).
 pub mod names {
@@ -34,6 +34,12 @@ pub mod names {
     pub const LISTENER_UP: &str = "lectern_api_change_listener_up";
     /// Times the change listener was given up, by `reason`.
     pub const LISTENER_FAILURES: &str = "lectern_api_change_listener_failures_total";
+    /// Statements of listings, retrieves and feeds, by `source` (`primary` or `replica`).
+    pub const READS: &str = "lectern_api_reads_total";
+    /// Seconds each replica (`replica` label) is behind the primary (NaN while unknown).
+    pub const REPLICA_LAG: &str = "lectern_api_replica_lag_seconds";
+    /// 1 while a replica serves reads, 0 while it is out of the rotation.
+    pub const REPLICA_IN_ROTATION: &str = "lectern_api_replica_in_rotation";
     pub const CONNECTIONS_REFUSED: &str = "lectern_http_connections_refused_total";
     /// Connections closed for sending no request head in time (`reason="no_request"`)
     /// or for staying idle after their last response (`reason="idle"`).
@@ -42,8 +48,9 @@ pub mod names {
 
 /// Ready when a statement runs and every migration this build knows is applied
 /// (a newer schema from a later release is fine: migrations only add); degraded while
-/// the change listener is down (the caches are bypassed, every answer still correct).
-pub async fn readiness(pool: &PgPool, listener: &ListenerHealth) -> Result<Degraded, Problems> {
+/// the change listener is down (the caches are bypassed, every answer still correct) or a
+/// replica is out of the rotation (the primary and the others serve its reads).
+pub async fn readiness(pool: &PgPool, listener: &ListenerHealth, reads: &Reads) -> Result<Degraded, Problems> {
     let query = sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(pool);
     let applied: Vec<i64> = tokio::time::timeout(DEPENDENCY_TIMEOUT, query)
         .await
@@ -55,7 +62,15 @@ pub async fn readiness(pool: &PgPool, listener: &ListenerHealth) -> Result<Degra
         .map(|migration| format!("{} {}", migration.version, migration.description))
         .collect();
     if missing.is_empty() {
-        Ok(listener.problem().into_iter().collect())
+        let replicas = reads.replica_statuses().into_iter().filter_map(|replica| {
+            replica.problem.map(|problem| {
+                format!(
+                    "replica {} is out of the rotation ({problem}): the primary and the other replicas serve its reads",
+                    replica.name
+                )
+            })
+        });
+        Ok(listener.problem().into_iter().chain(replicas).collect())
     } else {
         Err(vec![format!("migrations not applied (run `lectern-api migrate`): {}", missing.join(", "))])
     }
@@ -72,23 +87,24 @@ fn describe_database_problem(error: &sqlx::Error) -> String {
 }
 
 /// The readiness check as the operations listener takes it.
-pub fn readiness_check(pool: PgPool, listener: Arc<ListenerHealth>) -> ReadinessCheck {
+pub fn readiness_check(pool: PgPool, listener: Arc<ListenerHealth>, reads: Arc<Reads>) -> ReadinessCheck {
     Arc::new(move || {
         let pool = pool.clone();
         let listener = listener.clone();
-        Box::pin(async move { readiness(&pool, &listener).await })
+        let reads = reads.clone();
+        Box::pin(async move { readiness(&pool, &listener, &reads).await })
     })
 }
 
 /// Pool usage is a reading, not an event: refreshed just before each scrape. Each of
 /// the two sets of connections (`pool="shared"` for key checks, retrieves and
 /// readiness, `pool="reads"` for listings and searches) has `max_connections`.
-pub fn pool_gauges(pool: PgPool, reads: ReadConnections, max_connections: u32) -> BeforeScrape {
+pub fn pool_gauges(pool: PgPool, reads: Arc<Reads>, max_connections: u32) -> BeforeScrape {
     Arc::new(move || {
         let open = pool.size();
         let idle = u32::try_from(pool.num_idle()).unwrap_or(open);
         record_pool("shared", open, idle);
-        let (open, idle) = reads.usage();
+        let (open, idle) = reads.primary().usage();
         record_pool("reads", open, idle);
         metrics::gauge!(names::POOL_MAX).set(f64::from(max_connections));
     })

@@ -45,6 +45,10 @@ pub struct AppOptions {
     /// Listing connections one workspace may use at once; `None` for the default
     /// share of the pool, as `serve` has it.
     pub connections_per_workspace: Option<u32>,
+    /// Streaming replicas the API reads from (none: the primary serves everything).
+    pub replicas: Vec<lectern_api::db::replicas::ReplicaTarget>,
+    /// How far behind a replica may be and still serve.
+    pub max_replica_lag: Duration,
 }
 
 impl AppOptions {
@@ -68,6 +72,8 @@ impl AppOptions {
             per_key: self.per_key,
             lookups_per_address: self.lookups_per_address,
             walks: self.walks,
+            replicas: self.replicas.clone(),
+            max_replica_lag: self.max_replica_lag,
         }
     }
 }
@@ -87,6 +93,8 @@ impl Default for AppOptions {
             lookups_per_address: generous_policy(),
             walks: WalkSettings::default(),
             connections_per_workspace: None,
+            replicas: Vec::new(),
+            max_replica_lag: Duration::from_secs(5),
         }
     }
 }
@@ -123,15 +131,15 @@ impl TestApp {
         pool: PgPool,
         options: AppOptions,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> (Self, [Arc<dyn Invalidated>; 3]) {
+    ) -> (Self, [Arc<dyn Invalidated>; 4]) {
         // Quiet by default; LECTERN_TEST_LOG=1 shows the app's logs (RUST_LOG filters).
         if std::env::var_os("LECTERN_TEST_LOG").is_some() {
             lectern_api::telemetry::init();
         }
         // The constructor `serve` uses.
         let state = AppState::new(pool.clone(), options.settings_beside(&pool));
-        let caches: [Arc<dyn Invalidated>; 3] =
-            [state.authenticator.clone(), state.first_pages.clone(), state.feed_heads.clone()];
+        let caches: [Arc<dyn Invalidated>; 4] =
+            [state.reads.clone(), state.authenticator.clone(), state.first_pages.clone(), state.feed_heads.clone()];
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");
         let state = application.state();

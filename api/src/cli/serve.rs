@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::database_error;
 use crate::config::ServeArgs;
 use crate::db;
-use crate::db::connections::ReadConnections;
 use crate::db::notifications::ListenerHealth;
+use crate::db::replicas::Reads;
 use crate::error::CommandError;
 use crate::http::{AppState, Application};
 use crate::operations;
@@ -47,7 +47,7 @@ pub struct Bound {
     listen: SocketAddr,
     operations: OperationsServer,
     pool: PgPool,
-    reads: ReadConnections,
+    reads: Arc<Reads>,
     change_listener: Arc<ListenerHealth>,
     max_connections: u32,
 }
@@ -91,7 +91,8 @@ impl Bound {
 
     /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), CommandError> {
-        let readiness = operations::readiness_check(self.pool.clone(), self.change_listener.clone());
+        let readiness =
+            operations::readiness_check(self.pool.clone(), self.change_listener.clone(), self.reads.clone());
         let gauges = operations::pool_gauges(self.pool.clone(), self.reads.clone(), self.max_connections);
         let operations_stopped = shutdown.clone();
         let operations = tokio::spawn(self.operations.run(readiness, gauges, async move {

@@ -5,8 +5,9 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::connections::{PlanMode, ReadConnections, ReadError};
+use super::connections::{PlanMode, ReadError};
 use super::listing::Resource;
+use super::replicas::{Reads, WalPosition, READ_POSITION};
 use crate::feed::FeedPosition;
 use lectern_read_model::CHANGE_TRANSACTION;
 
@@ -25,20 +26,23 @@ pub struct Changes {
     /// Every writing transaction with a smaller id had ended when the rows were read.
     pub horizon: i64,
     /// The newest transaction that wrote a row of the feed and had committed by then,
-    /// served or not yet (`None`: the feed has no row).
+    /// served or not yet (0: the feed has no row); `None` when it was not read (see
+    /// [`fetch_changes`]).
     pub newest: Option<i64>,
+    /// Where in the WAL the rows were read.
+    pub read_at: WalPosition,
 }
 
 /// The statement of a feed page; public so benchmarks run the very same SQL. Binds the
 /// workspace, the position after which to start (transaction, id) and the number of rows.
 ///
-/// Always one row at least: the horizon and the feed's newest transaction, with the
-/// page's rows (or nulls where there is none) beside them.
+/// Always one row at least: the horizon, the feed's newest transaction and the position
+/// read at, with the page's rows (or nulls where there is none) beside them.
 pub fn changes_sql<R: Resource>() -> String {
-    // The record's columns first, where `Resource::record` reads them; the last five
+    // The record's columns first, where `Resource::record` reads them; the last six
     // where `fetch_changes` reads them.
     format!(
-        "select page.*, feed.horizon, feed.newest from \
+        "select page.*, feed.horizon, feed.newest, {READ_POSITION} from \
          (select pg_snapshot_xmin(pg_current_snapshot())::text::int8 as horizon, \
                  (select {CHANGE_TRANSACTION} from {table} where workspace_id = $1 \
                   order by {CHANGE_TRANSACTION} desc limit 1) as newest) as feed \
@@ -51,29 +55,82 @@ pub fn changes_sql<R: Resource>() -> String {
     )
 }
 
-/// The statement of the horizon alone, for `since=latest`.
-pub const HORIZON_SQL: &str = "select pg_snapshot_xmin(pg_current_snapshot())::text::int8";
+/// The horizon as a sub-select: PostgreSQL computes it once per statement (an init plan),
+/// so that it bounds the index scan and is returned with every row at no cost per row.
+const HORIZON: &str = "(select pg_snapshot_xmin(pg_current_snapshot())::text::int8)";
 
-/// Up to `rows` rows of `workspace_id` after `after`, in feed order, below the horizon.
+/// The statement of a feed page whose head the process already knows: the page's rows
+/// alone, each with the horizon, without the feed's newest transaction and without the
+/// join that keeps a row when the page is empty. The same columns as [`changes_sql`]
+/// (`newest` null), so one reader serves both. On the benchmark's kept database, a
+/// fifth cheaper than [`changes_sql`] (`pgbench -M prepared`, 0.24 against 0.29 ms a
+/// page of 100, round trip included): catching up is a run of full pages.
+pub fn page_sql<R: Resource>() -> String {
+    format!(
+        "select {columns}, {CHANGE_TRANSACTION} as changed_in, status = 'active' as active, id as changed_id, \
+         {HORIZON} as horizon, null::int8 as newest, {READ_POSITION} \
+         from {table} where workspace_id = $1 and ({CHANGE_TRANSACTION}, id) > ($2, $3) \
+         and {CHANGE_TRANSACTION} < {HORIZON} order by {CHANGE_TRANSACTION}, id limit $4",
+        columns = R::COLUMNS,
+        table = R::NAME,
+    )
+}
+
+/// The statement of the horizon alone, for `since=latest`, with the position read at.
+pub fn horizon_sql() -> String {
+    format!("select pg_snapshot_xmin(pg_current_snapshot())::text::int8, {READ_POSITION}")
+}
+
+/// Up to `rows` rows of `workspace_id` after `after`, in feed order, below the horizon,
+/// read where at least `seen` is replayed. When the process knows the feed's head
+/// (`head_known`), the page's rows alone are read ([`page_sql`]), and the feed's newest
+/// transaction is not; the whole statement ([`changes_sql`]) only when that finds none,
+/// since only it tells the horizon of an empty page.
 pub async fn fetch_changes<R: Resource>(
-    connections: &ReadConnections,
+    reads: &Reads,
     workspace_id: Uuid,
     after: FeedPosition,
     rows: i64,
+    seen: WalPosition,
+    head_known: bool,
 ) -> Result<Changes, ReadError> {
-    let sql = changes_sql::<R>();
-    let query = sqlx::query(&sql).bind(workspace_id).bind(after.transaction).bind(after.id).bind(rows);
-    let fetched = connections.fetch_for(workspace_id, PlanMode::Generic, query).await?;
-    let mut changes = Changes { rows: Vec::with_capacity(fetched.len()), horizon: 0, newest: None };
-    for row in fetched {
+    if head_known {
+        let changes = read_changes(reads, &page_sql::<R>(), workspace_id, after, rows, seen).await?;
+        if !changes.rows.is_empty() {
+            return Ok(changes);
+        }
+    }
+    let mut changes = read_changes(reads, &changes_sql::<R>(), workspace_id, after, rows, seen).await?;
+    changes.newest = Some(changes.newest.unwrap_or(0));
+    Ok(changes)
+}
+
+/// The rows `sql` (either statement) finds.
+async fn read_changes(
+    reads: &Reads,
+    sql: &str,
+    workspace_id: Uuid,
+    after: FeedPosition,
+    rows: i64,
+    seen: WalPosition,
+) -> Result<Changes, ReadError> {
+    let read = reads
+        .fetch_for(workspace_id, seen, |connections| {
+            let query = sqlx::query(sql).bind(workspace_id).bind(after.transaction).bind(after.id).bind(rows);
+            connections.fetch_for(workspace_id, PlanMode::Generic, query)
+        })
+        .await?;
+    let read_at = read.position.unwrap_or(seen).max(seen);
+    let mut changes = Changes { rows: Vec::with_capacity(read.rows.len()), horizon: 0, newest: None, read_at };
+    for row in read.rows {
         // By position from the end, unchecked, as the records' own columns are read:
         // by name, the lookups per row cost a page about a tenth of its CPU.
         let last = row.len().saturating_sub(1);
-        changes.horizon = row.try_get_unchecked(last.saturating_sub(1))?;
-        changes.newest = row.try_get_unchecked(last)?;
-        let changed_in: Option<i64> = row.try_get_unchecked(last.saturating_sub(4))?;
-        let active: Option<bool> = row.try_get_unchecked(last.saturating_sub(3))?;
-        let id: Option<Uuid> = row.try_get_unchecked(last.saturating_sub(2))?;
+        changes.horizon = row.try_get_unchecked(last.saturating_sub(2))?;
+        changes.newest = row.try_get_unchecked(last.saturating_sub(1))?;
+        let changed_in: Option<i64> = row.try_get_unchecked(last.saturating_sub(5))?;
+        let active: Option<bool> = row.try_get_unchecked(last.saturating_sub(4))?;
+        let id: Option<Uuid> = row.try_get_unchecked(last.saturating_sub(3))?;
         if let (Some(transaction), Some(active), Some(id)) = (changed_in, active, id) {
             changes.rows.push(ChangedRow { position: FeedPosition { transaction, id }, active, row });
         }
@@ -81,9 +138,15 @@ pub async fn fetch_changes<R: Resource>(
     Ok(changes)
 }
 
-/// The horizon now: every writing transaction with a smaller id has ended.
-pub async fn horizon(connections: &ReadConnections, workspace_id: Uuid) -> Result<i64, ReadError> {
-    let rows = connections.fetch_for(workspace_id, PlanMode::Generic, sqlx::query(HORIZON_SQL)).await?;
-    let horizon = rows.first().map(|row| row.try_get::<i64, _>(0)).transpose()?;
-    Ok(horizon.unwrap_or(0))
+/// The horizon now (every writing transaction with a smaller id has ended), and where
+/// in the WAL it was read.
+pub async fn horizon(reads: &Reads, workspace_id: Uuid) -> Result<(i64, WalPosition), ReadError> {
+    let sql = horizon_sql();
+    let read = reads
+        .fetch_for(workspace_id, 0, |connections| {
+            connections.fetch_for(workspace_id, PlanMode::Generic, sqlx::query(&sql))
+        })
+        .await?;
+    let horizon = read.rows.first().map(|row| row.try_get::<i64, _>(0)).transpose()?;
+    Ok((horizon.unwrap_or(0), read.position.unwrap_or(0)))
 }

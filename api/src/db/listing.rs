@@ -19,6 +19,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder};
 
 use super::connections::{PlanMode, ReadConnections, ReadError};
+use super::replicas::{Read, Reads, WalPosition, READ_POSITION};
 use crate::listing::{Keyed, KindFilter, ListRequest, Position, SortKey};
 
 /// A table that can be listed and read by id. Implemented once per resource.
@@ -107,10 +108,22 @@ pub async fn fetch_page<R: Resource>(
     connections.fetch_for(request.workspace_id, shape.plan_mode(request), list_sql::<R>(request, shape).build()).await
 }
 
-/// The statement for `request`; public so benchmarks can run the very same SQL.
+/// As [`fetch_page`], on a replica that has replayed `seen` and the workspace's latest
+/// change when one has (see [`super::replicas`]), else on the primary.
+pub async fn read_page<R: Resource>(
+    reads: &Reads,
+    request: &ListRequest<R::Kind>,
+    shape: SearchShape,
+    seen: WalPosition,
+) -> Result<Read, ReadError> {
+    reads.fetch_for(request.workspace_id, seen, |connections| fetch_page::<R>(connections, request, shape)).await
+}
+
+/// The statement for `request`, ending with the position it reads at; public so benchmarks can run the very same SQL.
 pub fn list_sql<'a, R: Resource>(request: &'a ListRequest<R::Kind>, shape: SearchShape) -> QueryBuilder<'a, Postgres> {
     let shape = shape.for_request(request);
-    let mut sql = QueryBuilder::new(format!("select {} from {} where workspace_id = ", R::COLUMNS, R::NAME));
+    let mut sql =
+        QueryBuilder::new(format!("select {}, {READ_POSITION} from {} where workspace_id = ", R::COLUMNS, R::NAME));
     sql.push_bind(request.workspace_id);
     // Literal, so the planner matches the partial indexes.
     sql.push(" and status = 'active'");

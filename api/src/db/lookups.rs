@@ -25,7 +25,9 @@ use sqlx::{PgPool, Row};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::connections::PlanMode;
 use super::listing::Resource;
+use super::replicas::{Reads, READ_POSITION};
 
 /// Statements one resource's lookups may have running at once.
 pub const CONCURRENT_BATCHES: usize = 4;
@@ -57,6 +59,8 @@ type Answer = Result<Option<Arc<PgRow>>, LookupError>;
 /// The coalescing lookups of one resource.
 pub struct Lookups<R: Resource> {
     pool: PgPool,
+    /// A batch goes to a replica that has passed the fences of all its workspaces, if any.
+    reads: Arc<Reads>,
     /// How long a batch may run before another may start beside it.
     stalled_after: Duration,
     /// One statement for every batch size (the ids travel as arrays), prepared once
@@ -81,21 +85,23 @@ struct Wanted {
 }
 
 impl<R: Resource + 'static> Lookups<R> {
-    pub fn new(pool: PgPool) -> Arc<Self> {
-        Self::with_stalled_after(pool, STALLED_AFTER)
+    pub fn new(pool: PgPool, reads: Arc<Reads>) -> Arc<Self> {
+        Self::with_stalled_after(pool, reads, STALLED_AFTER)
     }
 
     /// As [`Lookups::new`], with another time after which a batch counts as stalled.
-    pub fn with_stalled_after(pool: PgPool, stalled_after: Duration) -> Arc<Self> {
-        // The record's columns first, as `Resource::record` reads them; the workspace last.
+    pub fn with_stalled_after(pool: PgPool, reads: Arc<Reads>, stalled_after: Duration) -> Arc<Self> {
+        // The record's columns first, as `Resource::record` reads them; then the
+        // workspace, and the position read at last (see `Reads`).
         let sql = format!(
-            "select {columns}, workspace_id from {table} \
+            "select {columns}, workspace_id, {READ_POSITION} from {table} \
              where (workspace_id, id) in (select * from unnest($1::uuid[], $2::uuid[])) and status = 'active'",
             columns = R::COLUMNS,
             table = R::NAME,
         );
         Arc::new(Self {
             pool,
+            reads,
             stalled_after,
             sql,
             queue: Mutex::new(Queue { waiting: Vec::new(), running: 0, last_taken: Instant::now() }),
@@ -163,7 +169,16 @@ impl<R: Resource + 'static> Lookups<R> {
     async fn answer(&self, batch: Vec<Wanted>) {
         let (workspaces, ids): (Vec<Uuid>, Vec<Uuid>) =
             batch.iter().map(|wanted| (wanted.workspace_id, wanted.id)).unzip();
-        let rows = sqlx::query(&self.sql).bind(&workspaces).bind(&ids).fetch_all(&self.pool).await;
+        let query = || sqlx::query(&self.sql).bind(&workspaces).bind(&ids);
+        let on_replica = self
+            .reads
+            .fetch_across(workspaces.iter().copied(), |connections| connections.fetch_all(PlanMode::Generic, query()))
+            .await;
+        let rows = match on_replica {
+            Ok(Some(read)) => Ok(read.rows),
+            Ok(None) => query().fetch_all(&self.pool).await,
+            Err(error) => Err(error),
+        };
         let mut found = match rows.map(|rows| rows.into_iter().map(keyed).collect::<Result<HashMap<_, _>, _>>()) {
             Ok(Ok(found)) => found,
             Ok(Err(error)) | Err(error) => {
@@ -198,9 +213,9 @@ impl<R: Resource + 'static> Lookups<R> {
 }
 
 /// A row of the batch statement under its (workspace, id): the record's id comes first,
-/// the workspace last.
+/// the workspace just before the read position.
 fn keyed(row: PgRow) -> Result<((Uuid, Uuid), Arc<PgRow>), sqlx::Error> {
-    let last = row.len().checked_sub(1).ok_or(sqlx::Error::ColumnIndexOutOfBounds { index: 0, len: 0 })?;
-    let key = (row.try_get(last)?, row.try_get(0)?);
+    let workspace = row.len().checked_sub(2).ok_or(sqlx::Error::ColumnIndexOutOfBounds { index: 0, len: row.len() })?;
+    let key = (row.try_get(workspace)?, row.try_get(0)?);
     Ok((key, Arc::new(row)))
 }

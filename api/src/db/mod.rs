@@ -10,6 +10,7 @@ pub mod items;
 pub mod listing;
 pub mod lookups;
 pub mod notifications;
+pub mod replicas;
 pub mod workspace_shares;
 pub mod workspace_sizes;
 
@@ -67,7 +68,8 @@ pub fn read_connections(url: &str, settings: &PoolSettings) -> Result<ReadConnec
     Ok(ReadConnections::new(connect_options(url, settings)?, settings))
 }
 
-fn connect_options(url: &str, settings: &PoolSettings) -> Result<PgConnectOptions, sqlx::Error> {
+/// How the API connects to the server at `url`: named, and with the statement timeout.
+pub fn connect_options(url: &str, settings: &PoolSettings) -> Result<PgConnectOptions, sqlx::Error> {
     let statement_timeout = settings.statement_timeout.as_millis().to_string();
     Ok(PgConnectOptions::from_str(url)?
         .application_name("lectern-api")

@@ -30,6 +30,7 @@ use uuid::Uuid;
 
 use crate::db::changes::{fetch_changes, horizon, ChangedRow};
 use crate::db::listing::Resource;
+use crate::db::replicas::WalPosition;
 use crate::error::ApiError;
 use crate::http::request_id::RequestId;
 use crate::http::AppState;
@@ -87,11 +88,16 @@ pub async fn changes_page<R: Resource>(
     params: ChangesParams,
 ) -> Result<Vec<u8>, ApiError> {
     let feed = Feed::<R> { state, scope: FeedScope { resource: R::NAME, workspace_id }, resource: PhantomData };
-    let mut since = match &params.since {
-        None => FeedPosition::START,
-        Some(Since::Latest) => return feed.body(write_data::<R>(&[])?, false, feed.latest().await?),
+    // `seen`: the WAL position the client's last page was read at; no later page is read
+    // anywhere that has not replayed it.
+    let (mut since, mut seen) = match &params.since {
+        None => (FeedPosition::START, 0),
+        Some(Since::Latest) => {
+            let (latest, read_at) = feed.latest().await?;
+            return feed.body(write_data::<R>(&[])?, false, latest, read_at);
+        }
         Some(Since::Token(token)) => {
-            state.sync_tokens.open(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
+            state.sync_tokens.open_read_at(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
         }
     };
     let deadline = Instant::now() + params.wait.duration();
@@ -99,10 +105,11 @@ pub async fn changes_page<R: Resource>(
     loop {
         // Taken before looking, so that a change committed after the look wakes it.
         let mut watch = state.feed_heads.watch(feed.key());
-        let not_yet_served = match feed.look(since, params.limit.get()).await? {
+        let not_yet_served = match feed.look(since, seen, params.limit.get()).await? {
             Look::Page(page) => return Ok(page),
-            Look::Nothing { caught_up, not_yet_served } => {
+            Look::Nothing { caught_up, not_yet_served, read_at } => {
                 since = caught_up;
+                seen = read_at;
                 not_yet_served
             }
         };
@@ -121,7 +128,7 @@ pub async fn changes_page<R: Resource>(
             () = tokio::time::sleep(NOT_YET_SERVED_RECHECK), if not_yet_served => {}
         }
     }
-    feed.body(write_data::<R>(&[])?, false, since)
+    feed.body(write_data::<R>(&[])?, false, since, seen)
 }
 
 /// What a look at a feed found.
@@ -130,7 +137,8 @@ enum Look {
     Page(Vec<u8>),
     /// No change after the position asked for; the feed is read up to `caught_up`.
     /// `not_yet_served`: changes are committed that the horizon does not let through yet.
-    Nothing { caught_up: FeedPosition, not_yet_served: bool },
+    /// `read_at`: the WAL position the look saw (the client's own when from memory).
+    Nothing { caught_up: FeedPosition, not_yet_served: bool, read_at: WalPosition },
 }
 
 /// `{"data":[…]` with an entry per change: the part of a page's body that depends only
@@ -168,18 +176,21 @@ impl<R: Resource> Feed<'_, R> {
         (self.scope.resource, self.scope.workspace_id)
     }
 
-    /// The position of `since=latest`: after every transaction that has ended.
-    async fn latest(&self) -> Result<FeedPosition, ApiError> {
-        Ok(FeedPosition::below(horizon(&self.state.reads, self.scope.workspace_id).await?))
+    /// The position of `since=latest` (after every transaction that has ended), and the
+    /// WAL position it was read at.
+    async fn latest(&self) -> Result<(FeedPosition, WalPosition), ApiError> {
+        let (horizon, read_at) = horizon(&self.state.reads, self.scope.workspace_id).await?;
+        Ok((FeedPosition::below(horizon), read_at))
     }
 
     /// The page of up to `limit` changes after `since`, or how far there is nothing: from
     /// memory when the feed's newest transaction is known to be at or before `since`.
-    async fn look(&self, since: FeedPosition, limit: usize) -> Result<Look, ApiError> {
+    async fn look(&self, since: FeedPosition, seen: WalPosition, limit: usize) -> Result<Look, ApiError> {
         let heads = &self.state.feed_heads;
-        if heads.known(self.key()).is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
+        let known = heads.known(self.key());
+        if known.is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
-            return Ok(Look::Nothing { caught_up: since, not_yet_served: false });
+            return Ok(Look::Nothing { caught_up: since, not_yet_served: false, read_at: seen });
         }
         // One row more than the page tells whether more are ready.
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
@@ -188,11 +199,15 @@ impl<R: Resource> Feed<'_, R> {
             Some((ticket, read)) => (ticket, read.changes, Some(read.data)),
             None => {
                 let ticket = heads.ticket();
-                (ticket, fetch_changes::<R>(&self.state.reads, self.scope.workspace_id, since, rows).await?, None)
+                let workspace_id = self.scope.workspace_id;
+                let changes =
+                    fetch_changes::<R>(&self.state.reads, workspace_id, since, rows, seen, known.is_some()).await?;
+                (ticket, changes, None)
             }
         };
-        let newest = changes.newest.unwrap_or(0);
-        heads.learn(self.key(), ticket, newest);
+        if let Some(newest) = changes.newest {
+            heads.learn(self.key(), ticket, newest);
+        }
         let page = &changes.rows[..limit.min(changes.rows.len())];
         let has_more = changes.rows.len() > limit;
         // Read to the end: everything below the horizon is behind the client.
@@ -202,27 +217,31 @@ impl<R: Resource> Feed<'_, R> {
             let caught_up = read_to(since);
             return Ok(Look::Nothing {
                 caught_up,
-                not_yet_served: FeedPosition::after_transaction(newest) > caught_up,
+                not_yet_served: changes
+                    .newest
+                    .is_some_and(|newest| FeedPosition::after_transaction(newest) > caught_up),
+                read_at: changes.read_at,
             });
         };
         let position = if has_more { last.position } else { read_to(last.position) };
         if has_more {
-            self.read_ahead(PageKey { after: position, ..key });
+            self.read_ahead(PageKey { after: position, ..key }, changes.read_at);
         }
         let data = match written {
             Some(data) => data,
             None => write_data::<R>(page)?,
         };
-        self.body(data, has_more, position).map(Look::Page)
+        self.body(data, has_more, position, changes.read_at).map(Look::Page)
     }
 
     /// Starts reading the page `key`, and writing its entries, for the client that will
     /// ask for it next: both then happen while this page is sent and read.
-    fn read_ahead(&self, key: PageKey) {
-        let connections = self.state.reads.clone();
+    fn read_ahead(&self, key: PageKey, seen: WalPosition) {
+        let reads = self.state.reads.clone();
         let read = async move {
             let (workspace_id, after, rows) = (key.feed.1, key.after, key.rows);
-            let changes = fetch_changes::<R>(&connections, workspace_id, after, rows)
+            // This page's read found the head known, or learnt it.
+            let changes = fetch_changes::<R>(&reads, workspace_id, after, rows, seen, true)
                 .await
                 .map_err(|error| tracing::debug!(error = %error, "a feed page read ahead failed; its request reads it again"))
                 .ok()?;
@@ -235,11 +254,17 @@ impl<R: Resource> Feed<'_, R> {
 
     /// `data` (as [`write_data`] writes it), then `,"hasMore":…,"syncToken":…,"requestId":…}`
     /// with the token at `position`.
-    fn body(&self, mut body: Vec<u8>, has_more: bool, position: FeedPosition) -> Result<Vec<u8>, ApiError> {
+    fn body(
+        &self,
+        mut body: Vec<u8>,
+        has_more: bool,
+        position: FeedPosition,
+        read_at: WalPosition,
+    ) -> Result<Vec<u8>, ApiError> {
         body.extend_from_slice(b",\"hasMore\":");
         body.extend_from_slice(if has_more { b"true" } else { b"false" });
         body.extend_from_slice(b",\"syncToken\":");
-        write_str(&mut body, &self.state.sync_tokens.issue(self.scope, position));
+        write_str(&mut body, &self.state.sync_tokens.issue_read_at(self.scope, position, read_at));
         body.extend_from_slice(b",\"requestId\":");
         write_str(&mut body, RequestId::current().as_str());
         body.push(b'}');

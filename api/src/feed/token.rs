@@ -9,6 +9,10 @@
 //! operation, a listing cursor passed as `since`, or a token altered in any byte fails
 //! verification. Signed with the cursor secret, so tokens outlive restarts and
 //! releases for as long as the deployment keeps that secret.
+//!
+//! A token also carries the WAL position its page was read at, so that the next page is
+//! read where at least that much is replayed (see `db::replicas`); tokens of the format
+//! before it open as read at the start of the WAL.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -18,15 +22,20 @@ use sha2::Sha256;
 use uuid::Uuid;
 
 use super::FeedPosition;
+use crate::db::replicas::WalPosition;
 use crate::listing::cursor::scoped_mac;
 
 /// The format's version, first byte of every token.
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
+/// The second format's version: a position without the WAL position it was read at.
+const UNREAD_VERSION: u8 = 2;
 /// The first format's version: a counter's position, which no longer orders the feed.
 const COUNTER_VERSION: u8 = 1;
 const TAG_LEN: usize = 32;
 /// version, transaction, record id.
-const BODY_LEN: usize = 1 + 8 + 16;
+const UNREAD_BODY_LEN: usize = 1 + 8 + 16;
+/// The same, then the WAL position.
+const BODY_LEN: usize = UNREAD_BODY_LEN + 8;
 /// version, position.
 const COUNTER_BODY_LEN: usize = 1 + 8;
 /// What separates a sync token's tag from a cursor's (`lectern-cursor`).
@@ -66,12 +75,18 @@ impl SyncTokens {
         Self { secret }
     }
 
-    /// The token of `position` in `scope`'s feed.
+    /// The token of `position` in `scope`'s feed, read at the start of the WAL.
     pub fn issue(&self, scope: FeedScope, position: FeedPosition) -> String {
+        self.issue_read_at(scope, position, 0)
+    }
+
+    /// The token of `position` in `scope`'s feed, on a page read at `read_at`.
+    pub fn issue_read_at(&self, scope: FeedScope, position: FeedPosition, read_at: WalPosition) -> String {
         let mut bytes = Vec::with_capacity(BODY_LEN + TAG_LEN);
         bytes.push(VERSION);
         bytes.extend_from_slice(&position.transaction.to_be_bytes());
         bytes.extend_from_slice(position.id.as_bytes());
+        bytes.extend_from_slice(&read_at.to_be_bytes());
         let tag: [u8; TAG_LEN] = self.mac(scope, &bytes).finalize().into_bytes().into();
         bytes.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(bytes)
@@ -79,6 +94,11 @@ impl SyncTokens {
 
     /// The position `token` carries, if this server issued it for `scope`.
     pub fn open(&self, token: &str, scope: FeedScope) -> Result<FeedPosition, TokenError> {
+        self.open_read_at(token, scope).map(|(position, _)| position)
+    }
+
+    /// The position `token` carries and the WAL position its page was read at.
+    pub fn open_read_at(&self, token: &str, scope: FeedScope) -> Result<(FeedPosition, WalPosition), TokenError> {
         // Anything longer is not ours; refused before decoding.
         if token.len() > 4 * (BODY_LEN + TAG_LEN) {
             return Err(TokenError::Malformed);
@@ -86,6 +106,7 @@ impl SyncTokens {
         let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| TokenError::Malformed)?;
         let body_len = match bytes.first() {
             Some(&VERSION) => BODY_LEN,
+            Some(&UNREAD_VERSION) => UNREAD_BODY_LEN,
             Some(&COUNTER_VERSION) => COUNTER_BODY_LEN,
             _ => return Err(TokenError::Malformed),
         };
@@ -95,15 +116,19 @@ impl SyncTokens {
         let (body, tag) = bytes.split_at(body_len);
         self.mac(scope, body).verify_slice(tag).map_err(|_| TokenError::Mismatch)?;
         if body_len == COUNTER_BODY_LEN {
-            return Ok(FeedPosition::START);
+            return Ok((FeedPosition::START, 0));
         }
         let transaction = i64::from_be_bytes(body[1..9].try_into().map_err(|_| TokenError::Malformed)?);
-        let id = uuid::Uuid::from_slice(&body[9..]).map_err(|_| TokenError::Malformed)?;
+        let id = uuid::Uuid::from_slice(&body[9..25]).map_err(|_| TokenError::Malformed)?;
+        let read_at = match body_len {
+            BODY_LEN => i64::from_be_bytes(body[25..33].try_into().map_err(|_| TokenError::Malformed)?),
+            _ => 0,
+        };
         // Only positions this server handed out verify, and those are never negative.
         if transaction < 0 {
             return Err(TokenError::Malformed);
         }
-        Ok(FeedPosition { transaction, id })
+        Ok((FeedPosition { transaction, id }, read_at))
     }
 
     fn mac(&self, scope: FeedScope, body: &[u8]) -> Hmac<Sha256> {
@@ -200,5 +225,27 @@ mod tests {
         for garbage in ["", "!!!", "AAAA", "a", &"A".repeat(10_000), "latest ", "%00", "AQ"] {
             assert_eq!(tokens().open(garbage, scope(workspace)), Err(TokenError::Malformed), "{garbage:?}");
         }
+    }
+
+    #[test]
+    fn a_token_carries_the_position_its_page_was_read_at() {
+        let workspace = Uuid::new_v4();
+        let token = tokens().issue_read_at(scope(workspace), at(12), 1 << 40);
+        let (position, read_at) = tokens().open_read_at(&token, scope(workspace)).unwrap();
+        assert_eq!(read_at, 1 << 40);
+        assert_eq!(position.transaction, 12);
+    }
+
+    #[test]
+    fn a_token_of_the_format_before_the_read_position_still_opens_where_it_was() {
+        let workspace = Uuid::new_v4();
+        let position = at(41);
+        let mut bytes = vec![UNREAD_VERSION];
+        bytes.extend_from_slice(&position.transaction.to_be_bytes());
+        bytes.extend_from_slice(position.id.as_bytes());
+        let tag: [u8; TAG_LEN] = tokens().mac(scope(workspace), &bytes).finalize().into_bytes().into();
+        bytes.extend_from_slice(&tag);
+        let token = URL_SAFE_NO_PAD.encode(&bytes);
+        assert_eq!(tokens().open_read_at(&token, scope(workspace)), Ok((position, 0)));
     }
 }

@@ -8,7 +8,8 @@ use poem::Request;
 use sqlx::postgres::PgRow;
 
 use crate::db::first_pages::PageKey;
-use crate::db::listing::{fetch_page, Resource, SearchShape};
+use crate::db::listing::{read_page, Resource, SearchShape};
+use crate::db::replicas::WalPosition;
 use crate::error::ApiError;
 use crate::keys::Principal;
 use crate::listing::cursor::{CursorScope, CursorSigner};
@@ -38,6 +39,8 @@ pub struct RenderedPage {
     data: Box<[u8]>,
     /// The last record's position, when another page follows.
     next: Option<Position>,
+    /// Where in the WAL the page was read: its cursor carries it.
+    read_at: WalPosition,
 }
 
 /// Room for one record's JSON, so a page's buffer is allocated once.
@@ -47,11 +50,16 @@ const ENVELOPE_BYTES: usize = 320;
 
 impl RenderedPage {
     /// Cuts `rows` (fetched with `limit + 1`) to the page and writes it.
-    pub fn new<R: Resource>(rows: &[PgRow], limit: usize, sort: SortKey) -> Result<Self, ApiError> {
+    pub fn new<R: Resource>(
+        rows: &[PgRow],
+        limit: usize,
+        sort: SortKey,
+        read_at: WalPosition,
+    ) -> Result<Self, ApiError> {
         let (page, next) = cut::<R>(rows, limit, sort)?;
         let mut data = Vec::with_capacity(2 + page.len() * RECORD_BYTES);
         write_records::<R>(page, &mut data)?;
-        Ok(Self { data: data.into_boxed_slice(), next })
+        Ok(Self { data: data.into_boxed_slice(), next, read_at })
     }
 
     /// Memory the page takes.
@@ -62,7 +70,7 @@ impl RenderedPage {
     /// The listing's body `{data, page, requestId}`, with a freshly signed cursor.
     pub fn body(&self, around: &BodyParts<'_>) -> Result<Vec<u8>, ApiError> {
         let mut body = Vec::with_capacity(self.data.len() + ENVELOPE_BYTES);
-        around.write(&mut body, self.next.as_ref(), |out| {
+        around.write(&mut body, self.next.as_ref(), self.read_at, |out| {
             out.extend_from_slice(&self.data);
             Ok(())
         })?;
@@ -80,10 +88,16 @@ pub struct BodyParts<'a> {
 impl BodyParts<'_> {
     /// The body of a page that is served once and not kept: written straight from its
     /// rows into the response, without a `data` buffer of its own.
-    pub fn fresh<R: Resource>(&self, rows: &[PgRow], limit: usize, sort: SortKey) -> Result<Vec<u8>, ApiError> {
+    pub fn fresh<R: Resource>(
+        &self,
+        rows: &[PgRow],
+        limit: usize,
+        sort: SortKey,
+        read_at: WalPosition,
+    ) -> Result<Vec<u8>, ApiError> {
         let (page, next) = cut::<R>(rows, limit, sort)?;
         let mut body = Vec::with_capacity(2 + page.len() * RECORD_BYTES + ENVELOPE_BYTES);
-        self.write(&mut body, next.as_ref(), |out| write_records::<R>(page, out))?;
+        self.write(&mut body, next.as_ref(), read_at, |out| write_records::<R>(page, out))?;
         Ok(body)
     }
 
@@ -92,10 +106,13 @@ impl BodyParts<'_> {
         &self,
         body: &mut Vec<u8>,
         next: Option<&Position>,
+        read_at: WalPosition,
         data: impl FnOnce(&mut Vec<u8>) -> Result<(), ApiError>,
     ) -> Result<(), ApiError> {
-        let page =
-            PageInfo { has_more: next.is_some(), next_cursor: next.map(|next| self.signer.issue(self.scope, next)) };
+        let page = PageInfo {
+            has_more: next.is_some(),
+            next_cursor: next.map(|next| self.signer.issue_read_at(self.scope, next, read_at)),
+        };
         body.extend_from_slice(b"{\"data\":");
         data(body)?;
         body.extend_from_slice(b",\"page\":");
@@ -172,19 +189,23 @@ pub async fn list_page<R: Resource>(
         search: request.search.as_ref().map(SearchText::as_str),
         sort: request.sort,
     };
+    let mut seen = 0;
     if let Some(token) = &params.cursor {
-        let position =
-            state.cursors.open(token.as_str(), &scope).map_err(|problem| ApiError::invalid("cursor", problem))?;
+        let (position, read_at) = state
+            .cursors
+            .open_read_at(token.as_str(), &scope)
+            .map_err(|problem| ApiError::invalid("cursor", problem))?;
         request.after = Some(position);
+        seen = read_at;
     }
     let request_id = RequestId::current();
     let around = BodyParts { signer: &state.cursors, scope: &scope, request_id: &request_id };
     if request.after.is_none() && request.search.is_none() {
         first_page::<R>(state, &request).await?.body(&around)
     } else {
-        let shape = state.workspace_sizes.shape_for::<R>(&state.reads, &request).await?;
-        let rows = fetch_page::<R>(&state.reads, &request, shape).await?;
-        around.fresh::<R>(&rows, request.limit.get(), request.sort)
+        let shape = state.workspace_sizes.shape_for::<R>(state.reads.primary(), &request).await?;
+        let read = read_page::<R>(&state.reads, &request, shape, seen).await?;
+        around.fresh::<R>(&read.rows, request.limit.get(), request.sort, read.position.unwrap_or(seen))
     }
 }
 
@@ -210,8 +231,9 @@ async fn first_page<R: Resource>(
     metrics::counter!(crate::operations::names::FIRST_PAGE_CACHE, "result" => "miss").increment(1);
     let ticket = state.first_pages.ticket(request.workspace_id);
     // A first page without search: the shape does not apply.
-    let rows = fetch_page::<R>(&state.reads, request, SearchShape::Planned).await?;
-    let page = Arc::new(RenderedPage::new::<R>(&rows, request.limit.get(), request.sort)?);
+    let read = read_page::<R>(&state.reads, request, SearchShape::Planned, 0).await?;
+    let read_at = read.position.unwrap_or(0);
+    let page = Arc::new(RenderedPage::new::<R>(&read.rows, request.limit.get(), request.sort, read_at)?);
     state.first_pages.put(key, ticket, page.clone(), page.bytes());
     Ok(page)
 }

@@ -63,7 +63,8 @@ query_param_type!(RecordId, "RecordId", MetaSchema::new_with_format("string", "u
 pub fn app(state: Arc<AppState>) -> impl Endpoint {
     let document = openapi::document();
     let reference = openapi::reference_page(&document);
-    let readiness = crate::operations::readiness_check(state.pool.clone(), state.change_listener.clone());
+    let readiness =
+        crate::operations::readiness_check(state.pool.clone(), state.change_listener.clone(), state.reads.clone());
     Route::new()
         .at(
             "/v1/openapi.json",
@@ -119,8 +120,15 @@ impl Application {
     /// writes the last batch of key last-used times.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let authenticator = self.state.authenticator.clone();
-        let caches: Vec<Arc<dyn Invalidated>> =
-            vec![authenticator.clone(), self.state.first_pages.clone(), self.state.feed_heads.clone()];
+        // The replicas' fences first: a page read again after a cache is evicted must
+        // already find its workspace fenced.
+        let caches: Vec<Arc<dyn Invalidated>> = vec![
+            self.state.reads.clone(),
+            authenticator.clone(),
+            self.state.first_pages.clone(),
+            self.state.feed_heads.clone(),
+        ];
+        let replica_monitor = tokio::spawn(self.state.reads.clone().watch());
         let listener =
             tokio::spawn(notifications::follow(self.state.pool.clone(), caches, self.state.change_listener.clone()));
         let flusher = tokio::spawn(authenticator.clone().flush_last_used_periodically());
@@ -140,6 +148,7 @@ impl Application {
         };
         let result = server::serve(self.listener, app(self.state), self.limits, shutdown).await;
         listener.abort();
+        replica_monitor.abort();
         flusher.abort();
         forgetter.abort();
         authenticator.flush_last_used().await;

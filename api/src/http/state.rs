@@ -14,6 +14,7 @@ use crate::db::first_pages::FirstPages;
 use crate::db::items::Items;
 use crate::db::lookups::Lookups;
 use crate::db::notifications::ListenerHealth;
+use crate::db::replicas::{Reads, ReplicaTarget};
 use crate::db::workspace_sizes::{WalkSettings, WorkspaceSizes};
 use crate::db::PoolSettings;
 use crate::feed::heads::FeedHeads;
@@ -27,8 +28,9 @@ use crate::rate_limit::{Policy, RateLimits};
 pub struct AppState {
     /// Key checks, retrieves and readiness.
     pub pool: PgPool,
-    /// Listings and searches (see [`crate::db::connections`]).
-    pub reads: ReadConnections,
+    /// Listings, searches, retrieves and feeds: on the primary's connections (see
+    /// [`crate::db::connections`]) and the replicas' (see [`crate::db::replicas`]).
+    pub reads: Arc<Reads>,
     pub authenticator: Arc<Authenticator>,
     pub cursors: CursorSigner,
     /// Signs the changes feed's tokens, with the cursor secret.
@@ -56,6 +58,10 @@ pub struct AppState {
 pub struct AppSettings {
     /// The listing connections' size, timeouts and per-workspace share.
     pub reads: PoolSettings,
+    /// Streaming replicas that serve reads, by name (`host:port/database`).
+    pub replicas: Vec<ReplicaTarget>,
+    /// How far behind the primary a replica may be and still serve.
+    pub max_replica_lag: Duration,
     /// The pepper key secrets are hashed under.
     pub pepper: Pepper,
     /// Which keys this deployment serves.
@@ -76,8 +82,15 @@ impl AppState {
     /// listing connections connect on first use, so the API starts while PostgreSQL is
     /// down). The listing connections go to `pool`'s server, as its options say.
     pub fn new(pool: PgPool, settings: AppSettings) -> Self {
+        let primary = ReadConnections::new((*pool.connect_options()).clone(), &settings.reads);
+        let replicas = settings
+            .replicas
+            .into_iter()
+            .map(|target| (target.name, ReadConnections::new(target.options, &settings.reads)))
+            .collect();
+        let reads = Reads::new(primary, replicas, settings.max_replica_lag);
         Self {
-            reads: ReadConnections::new((*pool.connect_options()).clone(), &settings.reads),
+            reads: reads.clone(),
             authenticator: Arc::new(Authenticator::new(pool.clone(), settings.pepper, settings.environment)),
             sync_tokens: SyncTokens::new(settings.cursor_secret.clone()),
             cursors: CursorSigner::new(settings.cursor_secret, settings.cursor_lifetime),
@@ -88,8 +101,8 @@ impl AppState {
             first_pages: Arc::default(),
             workspace_sizes: WorkspaceSizes::new(settings.walks),
             change_listener: Arc::default(),
-            contacts: Lookups::new(pool.clone()),
-            items: Lookups::new(pool.clone()),
+            contacts: Lookups::new(pool.clone(), reads.clone()),
+            items: Lookups::new(pool.clone(), reads),
             pool,
         }
     }

@@ -4,6 +4,10 @@
 //! also covers the resource, the workspace, the filter and the sort of the request that
 //! produced it, none of which travel in the cursor: a cursor replayed in another
 //! workspace, with another filter or sort, or altered in any byte, fails verification.
+//!
+//! It also carries the WAL position its page was read at, so that the next page is read
+//! where at least that much is replayed (see `db::replicas`). Cursors of the first
+//! format, without it, still open, as read at the start of the WAL.
 
 use std::time::Duration;
 
@@ -17,10 +21,16 @@ use uuid::Uuid;
 
 use super::{Position, SortKey};
 
-const VERSION: u8 = 1;
+use crate::db::replicas::WalPosition;
+
+const VERSION: u8 = 2;
+/// The first format's version: no read position.
+const UNPOSITIONED_VERSION: u8 = 1;
 const TAG_LEN: usize = 32;
 /// version, issued-at seconds, sort, id.
-const HEADER_LEN: usize = 1 + 8 + 1 + 16;
+const UNPOSITIONED_HEADER_LEN: usize = 1 + 8 + 1 + 16;
+/// The same, then the read position.
+const HEADER_LEN: usize = UNPOSITIONED_HEADER_LEN + 8;
 
 /// What a cursor is bound to; everything here must be equal when it comes back.
 #[derive(Debug)]
@@ -58,25 +68,36 @@ impl CursorSigner {
         Self { secret, lifetime }
     }
 
+    /// A cursor after `position`, read at the start of the WAL (no replica is too old for it).
     pub fn issue(&self, scope: &CursorScope<'_>, position: &Position) -> String {
-        self.issue_at(scope, position, Utc::now())
+        self.issue_read_at(scope, position, 0)
     }
 
-    fn issue_at(&self, scope: &CursorScope<'_>, position: &Position, now: DateTime<Utc>) -> String {
+    /// A cursor after `position`, on a page read at `read_at`.
+    pub fn issue_read_at(&self, scope: &CursorScope<'_>, position: &Position, read_at: WalPosition) -> String {
+        self.issue_at(scope, position, read_at, Utc::now())
+    }
+
+    fn issue_at(
+        &self,
+        scope: &CursorScope<'_>,
+        position: &Position,
+        read_at: WalPosition,
+        now: DateTime<Utc>,
+    ) -> String {
         let mut bytes = Vec::with_capacity(HEADER_LEN + 32 + TAG_LEN);
         bytes.push(VERSION);
         bytes.extend_from_slice(&now.timestamp().to_be_bytes());
+        let (sort, id) = match position {
+            Position::CreatedAt { id, .. } => (0, id),
+            Position::Name { id, .. } => (1, id),
+        };
+        bytes.push(sort);
+        bytes.extend_from_slice(id.as_bytes());
+        bytes.extend_from_slice(&read_at.to_be_bytes());
         match position {
-            Position::CreatedAt { at, id } => {
-                bytes.push(0);
-                bytes.extend_from_slice(id.as_bytes());
-                bytes.extend_from_slice(&at.timestamp_micros().to_be_bytes());
-            }
-            Position::Name { name, id } => {
-                bytes.push(1);
-                bytes.extend_from_slice(id.as_bytes());
-                bytes.extend_from_slice(name.as_bytes());
-            }
+            Position::CreatedAt { at, .. } => bytes.extend_from_slice(&at.timestamp_micros().to_be_bytes()),
+            Position::Name { name, .. } => bytes.extend_from_slice(name.as_bytes()),
         }
         let tag = self.tag(scope, &bytes);
         bytes.extend_from_slice(&tag);
@@ -84,12 +105,27 @@ impl CursorSigner {
     }
 
     pub fn open(&self, token: &str, scope: &CursorScope<'_>) -> Result<Position, CursorError> {
+        self.open_read_at(token, scope).map(|(position, _)| position)
+    }
+
+    /// The position `token` carries and the WAL position its page was read at.
+    pub fn open_read_at(&self, token: &str, scope: &CursorScope<'_>) -> Result<(Position, WalPosition), CursorError> {
         self.open_at(token, scope, Utc::now())
     }
 
-    fn open_at(&self, token: &str, scope: &CursorScope<'_>, now: DateTime<Utc>) -> Result<Position, CursorError> {
+    fn open_at(
+        &self,
+        token: &str,
+        scope: &CursorScope<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<(Position, WalPosition), CursorError> {
         let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| CursorError::Malformed)?;
-        if bytes.len() < HEADER_LEN + TAG_LEN || bytes[0] != VERSION {
+        let header_len = match bytes.first() {
+            Some(&VERSION) => HEADER_LEN,
+            Some(&UNPOSITIONED_VERSION) => UNPOSITIONED_HEADER_LEN,
+            _ => return Err(CursorError::Malformed),
+        };
+        if bytes.len() < header_len + TAG_LEN {
             return Err(CursorError::Malformed);
         }
         let (body, tag) = bytes.split_at(bytes.len() - TAG_LEN);
@@ -102,8 +138,12 @@ impl CursorSigner {
             return Err(CursorError::Expired);
         }
         let id = Uuid::from_slice(&body[10..26]).map_err(|_| CursorError::Malformed)?;
-        let key = &body[HEADER_LEN..];
-        match (body[9], scope.sort) {
+        let read_at = match header_len {
+            HEADER_LEN => i64::from_be_bytes(body[26..34].try_into().map_err(|_| CursorError::Malformed)?),
+            _ => 0,
+        };
+        let key = &body[header_len..];
+        let position = match (body[9], scope.sort) {
             (0, SortKey::CreatedAt) => {
                 let micros = i64::from_be_bytes(key.try_into().map_err(|_| CursorError::Malformed)?);
                 let at = DateTime::from_timestamp_micros(micros).ok_or(CursorError::Malformed)?;
@@ -111,7 +151,7 @@ impl CursorSigner {
                 if !lectern_schema::Timestamp::renderable(&at) {
                     return Err(CursorError::Malformed);
                 }
-                Ok(Position::CreatedAt { at, id })
+                Position::CreatedAt { at, id }
             }
             (1, SortKey::Name) => {
                 let name = String::from_utf8(key.to_vec()).map_err(|_| CursorError::Malformed)?;
@@ -119,10 +159,11 @@ impl CursorSigner {
                 if name.contains('\0') {
                     return Err(CursorError::Malformed);
                 }
-                Ok(Position::Name { name, id })
+                Position::Name { name, id }
             }
-            _ => Err(CursorError::Mismatch),
-        }
+            _ => return Err(CursorError::Mismatch),
+        };
+        Ok((position, read_at))
     }
 
     fn tag(&self, scope: &CursorScope<'_>, body: &[u8]) -> [u8; TAG_LEN] {
@@ -229,9 +270,9 @@ mod tests {
     fn cursors_expire_after_their_lifetime() {
         let workspace = Uuid::new_v4();
         let issued = Utc::now() - chrono::Duration::hours(25);
-        let token = signer().issue_at(&scope(workspace), &position(), issued);
+        let token = signer().issue_at(&scope(workspace), &position(), 0, issued);
         assert_eq!(signer().open(&token, &scope(workspace)), Err(CursorError::Expired));
-        let fresh = signer().issue_at(&scope(workspace), &position(), Utc::now() - chrono::Duration::hours(23));
+        let fresh = signer().issue_at(&scope(workspace), &position(), 0, Utc::now() - chrono::Duration::hours(23));
         assert!(signer().open(&fresh, &scope(workspace)).is_ok());
     }
 
@@ -241,5 +282,33 @@ mod tests {
         for garbage in ["", "!!!", "AAAA", "a", &"A".repeat(100), "eyJ0eXAiOiJKV1QifQ"] {
             assert!(signer().open(garbage, &scope(workspace)).is_err(), "{garbage:?}");
         }
+    }
+
+    #[test]
+    fn a_cursor_carries_the_position_its_page_was_read_at() {
+        let workspace = Uuid::new_v4();
+        let at = position();
+        let token = signer().issue_read_at(&scope(workspace), &at, 1 << 40);
+        assert_eq!(signer().open_read_at(&token, &scope(workspace)), Ok((at.clone(), 1 << 40)));
+        let by_name = Position::Name { name: "Acme".to_owned(), id: Uuid::new_v4() };
+        let name_scope = CursorScope { sort: SortKey::Name, ..scope(workspace) };
+        let token = signer().issue_read_at(&name_scope, &by_name, 7);
+        assert_eq!(signer().open_read_at(&token, &name_scope), Ok((by_name, 7)));
+    }
+
+    #[test]
+    fn a_cursor_of_the_first_format_still_opens_as_read_at_the_start() {
+        let workspace = Uuid::new_v4();
+        let id = Uuid::new_v4();
+        let mut bytes = vec![UNPOSITIONED_VERSION];
+        bytes.extend_from_slice(&Utc::now().timestamp().to_be_bytes());
+        bytes.push(1);
+        bytes.extend_from_slice(id.as_bytes());
+        bytes.extend_from_slice(b"Acme");
+        let name_scope = CursorScope { sort: SortKey::Name, ..scope(workspace) };
+        let tag = signer().tag(&name_scope, &bytes);
+        bytes.extend_from_slice(&tag);
+        let opened = signer().open_read_at(&URL_SAFE_NO_PAD.encode(&bytes), &name_scope);
+        assert_eq!(opened, Ok((Position::Name { name: "Acme".to_owned(), id }, 0)));
     }
 }

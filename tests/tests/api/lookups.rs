@@ -13,6 +13,7 @@ use uuid::Uuid;
 use lectern_api::db::contacts::Contacts;
 use lectern_api::db::listing::Resource;
 use lectern_api::db::lookups::{Lookups, CONCURRENT_BATCHES};
+use lectern_api::db::replicas::Reads;
 
 use crate::statements::record_statements;
 
@@ -134,7 +135,8 @@ async fn a_shared_lookup_gives_each_request_only_its_own_workspaces_record() {
 #[tokio::test]
 async fn a_retrieve_queued_behind_a_stalled_batch_gets_a_statement_of_its_own() {
     let db = TestDatabase::create().await;
-    let lookups = Lookups::<Contacts>::with_stalled_after(db.pool.clone(), Duration::from_millis(200));
+    let lookups =
+        Lookups::<Contacts>::with_stalled_after(db.pool.clone(), Reads::beside(&db.pool), Duration::from_millis(200));
     let workspace = Uuid::new_v4();
     let id = ContactSeed::named("Acme").insert(&db.pool, workspace).await;
     let find = || {

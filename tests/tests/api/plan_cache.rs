@@ -7,6 +7,7 @@ use lectern_api::db::connections::PlanMode;
 use lectern_api::db::contacts::{ContactType, Contacts};
 use lectern_api::db::listing::{fetch_page, Resource, SearchShape};
 use lectern_api::db::lookups::Lookups;
+use lectern_api::db::replicas::Reads;
 use lectern_api::listing::{Keyed, Limit, ListRequest, SortKey};
 use lectern_tests::TestDatabase;
 use sqlx::postgres::PgRow;
@@ -62,7 +63,7 @@ async fn retrieves_are_planned_once_per_connection() {
             .await
             .expect("ids");
     let pool = lectern_api::db::lazy_pool(&db.url, &settings(1)).expect("options");
-    let lookups = Lookups::<Contacts>::new(pool.clone());
+    let lookups = Lookups::<Contacts>::new(pool.clone(), Reads::beside(&pool));
     for id in &ids {
         let found = lookups.find(workspace, *id).await.expect("lookup");
         assert!(found.is_some(), "contact {id} is found");

@@ -15,5 +15,6 @@ mod connections;
 mod database;
 mod nats;
 mod openapi_tools;
+mod replicas;
 mod schemathesis;
 mod support;

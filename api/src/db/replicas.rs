@@ -1,0 +1,598 @@
+//! Reads served by PostgreSQL streaming replicas, never older than what a client was
+//! already shown or what a notification already announced.
+//!
+//! A replica replays the primary's WAL some time after the primary wrote it. Every
+//! position here is a WAL position (bytes from `0/0`), which orders the primary's
+//! history and every replica's progress through it:
+//!
+//! - each statement routed here returns the position it read at as its last column
+//!   ([`READ_POSITION`]): on a replica the WAL it had replayed, on the primary the WAL
+//!   it had inserted, both taken after the statement's snapshot, so an upper bound of
+//!   everything the statement saw. Cursors and sync tokens carry it, and the next page
+//!   is read only where at least that much is replayed ([`Reads::fetch_for`]'s `seen`);
+//! - when a workspace's change is notified, the primary's position read after the
+//!   notification is that workspace's fence: until a replica has replayed past it, the
+//!   workspace's reads (and so the first-page cache and the feed's head, which they
+//!   fill) come from the primary;
+//! - a monitor samples the primary's position and each replica's replayed position: a
+//!   replica that is down, not in recovery, or more than the allowed lag behind leaves
+//!   the rotation, and comes back by itself.
+//!
+//! Whatever no replica can serve, the primary serves: a replica never makes a read fail.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::connections::{PlanMode, ReadConnections, ReadError};
+use super::first_pages::CHANGES_CHANNEL;
+use super::notifications::Invalidated;
+use crate::operations::names::{READS, REPLICA_IN_ROTATION, REPLICA_LAG};
+
+/// A position in the primary's WAL, in bytes from `0/0`.
+pub type WalPosition = i64;
+
+/// The column every routed statement ends with: the position it read at.
+pub const READ_POSITION: &str = "(select (case when pg_is_in_recovery() then pg_last_wal_replay_lsn() \
+     else pg_current_wal_insert_lsn() end - '0/0'::pg_lsn)::int8) as read_position";
+
+/// How often the monitor samples the primary and the replicas.
+pub const MONITOR_EVERY: Duration = Duration::from_millis(100);
+/// How long one sample may take before the replica counts as down.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Past this many fenced workspaces, the fences fold into one for all: memory stays
+/// bounded however many workspaces change between two samples.
+const MAX_FENCES: usize = 100_000;
+
+/// How to reach one replica.
+#[derive(Clone)]
+pub struct ReplicaTarget {
+    /// `host:port/database`, what logs, metrics and readiness show.
+    pub name: String,
+    pub options: sqlx::postgres::PgConnectOptions,
+}
+
+impl std::fmt::Debug for ReplicaTarget {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The options hold the password.
+        formatter.debug_struct("ReplicaTarget").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl ReplicaTarget {
+    /// The replica at `url`, connected as the API connects to the primary.
+    pub fn from_url(url: &str, settings: &super::PoolSettings) -> Result<Self, sqlx::Error> {
+        Ok(Self { name: replica_name(url), options: super::connect_options(url, settings)? })
+    }
+}
+
+/// One replica, as the monitor last saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    /// `host:port/database`, never the password.
+    pub name: String,
+    /// Replayed at least this far (the newest any sample or statement showed).
+    pub replayed: WalPosition,
+    /// How long ago the primary had written what the replica has yet to replay.
+    pub lag: Option<Duration>,
+    /// Why it is out of the rotation, if it is.
+    pub problem: Option<String>,
+}
+
+impl ReplicaStatus {
+    pub fn in_rotation(&self) -> bool {
+        self.problem.is_none()
+    }
+}
+
+struct Replica {
+    connections: ReadConnections,
+    status: Mutex<ReplicaStatus>,
+}
+
+impl Replica {
+    fn status(&self) -> MutexGuard<'_, ReplicaStatus> {
+        // Single assignments under the lock: a poisoned lock still holds a whole status.
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Raises the replayed position: replay only goes forward.
+    fn replayed_at_least(&self, position: WalPosition) {
+        let mut status = self.status();
+        status.replayed = status.replayed.max(position);
+    }
+
+    fn take_out(&self, problem: String) {
+        self.status().problem = Some(problem);
+    }
+}
+
+/// Where a workspace's reads must have replayed to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fence {
+    /// A change was announced and the primary's position after it is being read: only
+    /// the primary may serve meanwhile. Holds the announcement's number.
+    Pending(u64),
+    At(WalPosition),
+}
+
+#[derive(Default)]
+struct Fences {
+    by_workspace: HashMap<Uuid, Fence>,
+    /// Every workspace's fence at least: fences folded together, and the position after
+    /// a listener outage (whose changes were never announced).
+    floor: Option<Fence>,
+    /// Announcements so far; a position read after announcement `n` settles fences up to `n`.
+    announced: u64,
+}
+
+impl Fences {
+    fn announce(&mut self) -> u64 {
+        self.announced += 1;
+        self.announced
+    }
+
+    /// The position a read of `workspace_id` needs, or `None` while only the primary may serve it.
+    fn needed(&self, workspace_id: Uuid) -> Option<WalPosition> {
+        let floor = match self.floor {
+            Some(Fence::Pending(_)) => return None,
+            Some(Fence::At(position)) => position,
+            None => 0,
+        };
+        match self.by_workspace.get(&workspace_id) {
+            Some(Fence::Pending(_)) => None,
+            Some(Fence::At(position)) => Some(floor.max(*position)),
+            None => Some(floor),
+        }
+    }
+
+    /// Settles every fence announced up to `announcement` at `position`.
+    fn settle(&mut self, announcement: u64, position: WalPosition) {
+        let settle = |fence: &mut Fence| {
+            if matches!(*fence, Fence::Pending(number) if number <= announcement) {
+                *fence = Fence::At(position);
+            }
+        };
+        self.by_workspace.values_mut().for_each(settle);
+        if let Some(floor) = self.floor.as_mut() {
+            settle(floor);
+        }
+    }
+
+    fn has_pending(&self) -> bool {
+        matches!(self.floor, Some(Fence::Pending(_)))
+            || self.by_workspace.values().any(|fence| matches!(fence, Fence::Pending(_)))
+    }
+
+    /// Drops the fences every replica has passed; folds the rest into the floor when
+    /// there are too many to keep.
+    fn prune(&mut self, replayed_by_all: WalPosition) {
+        self.by_workspace.retain(|_, fence| !matches!(fence, Fence::At(position) if *position <= replayed_by_all));
+        if self.by_workspace.len() > MAX_FENCES {
+            let highest = self
+                .by_workspace
+                .values()
+                .filter_map(|fence| match fence {
+                    Fence::At(position) => Some(*position),
+                    Fence::Pending(_) => None,
+                })
+                .max()
+                .unwrap_or(0);
+            self.by_workspace.retain(|_, fence| matches!(fence, Fence::Pending(_)));
+            self.floor = match self.floor {
+                Some(Fence::Pending(number)) => Some(Fence::Pending(number)),
+                Some(Fence::At(floor)) => Some(Fence::At(floor.max(highest))),
+                None => Some(Fence::At(highest)),
+            };
+        }
+    }
+}
+
+/// The rows of a routed statement, and the position they were read at (none for no rows).
+pub struct Read {
+    pub rows: Vec<PgRow>,
+    pub position: Option<WalPosition>,
+}
+
+/// The primary's read connections and the replicas', with what decides between them.
+pub struct Reads {
+    primary: ReadConnections,
+    replicas: Vec<Replica>,
+    max_lag: Duration,
+    fences: Mutex<Fences>,
+    /// Wakes the task that reads the primary's position after announcements.
+    announced: Notify,
+    /// Set by the change listener while its notifications can be trusted; until then
+    /// no fence is known, and only the primary serves.
+    listening: AtomicBool,
+    /// The primary's position, sampled: the oldest first.
+    primary_samples: Mutex<VecDeque<(Instant, WalPosition)>>,
+    /// Round robin among the replicas that may serve.
+    turn: AtomicUsize,
+}
+
+impl Reads {
+    /// The primary alone: every read goes to it, as before replicas existed.
+    pub fn primary_only(primary: ReadConnections) -> Arc<Self> {
+        Self::new(primary, Vec::new(), Duration::from_secs(5))
+    }
+
+    /// The primary alone, on connections like `pool`'s (for what reads beside a pool).
+    pub fn beside(pool: &sqlx::PgPool) -> Arc<Self> {
+        let settings = super::PoolSettings {
+            max_connections: pool.options().get_max_connections(),
+            acquire_timeout: pool.options().get_acquire_timeout(),
+            statement_timeout: Duration::from_secs(30),
+            connections_per_workspace: pool.options().get_max_connections(),
+        };
+        Self::primary_only(ReadConnections::new((*pool.connect_options()).clone(), &settings))
+    }
+
+    /// `replicas` as `(name, connections)`, out of the rotation until first sampled.
+    pub fn new(primary: ReadConnections, replicas: Vec<(String, ReadConnections)>, max_lag: Duration) -> Arc<Self> {
+        let replicas = replicas
+            .into_iter()
+            .map(|(name, connections)| Replica {
+                connections,
+                status: Mutex::new(ReplicaStatus {
+                    name,
+                    replayed: 0,
+                    lag: None,
+                    problem: Some("not sampled yet".to_owned()),
+                }),
+            })
+            .collect();
+        Arc::new(Self {
+            primary,
+            replicas,
+            max_lag,
+            fences: Mutex::default(),
+            announced: Notify::new(),
+            listening: AtomicBool::new(false),
+            primary_samples: Mutex::default(),
+            turn: AtomicUsize::new(0),
+        })
+    }
+
+    /// The primary's connections, for what must be fresh or is the service's own.
+    pub fn primary(&self) -> &ReadConnections {
+        &self.primary
+    }
+
+    pub fn has_replicas(&self) -> bool {
+        !self.replicas.is_empty()
+    }
+
+    /// Closes every idle connection, the primary's and the replicas'; for shutdown.
+    pub async fn close_idle(&self) {
+        self.primary.close_idle().await;
+        for replica in &self.replicas {
+            replica.connections.close_idle().await;
+        }
+    }
+
+    /// Every replica as last seen.
+    pub fn replica_statuses(&self) -> Vec<ReplicaStatus> {
+        self.replicas.iter().map(|replica| replica.status().clone()).collect()
+    }
+
+    /// Runs `read` for `workspace_id` where at least `seen` is replayed and the
+    /// workspace's fence is passed: on a replica in the rotation if one is known to be
+    /// that far, else on the primary. A replica that fails is taken out and the primary
+    /// runs the read instead. The statement `read` runs must end with [`READ_POSITION`].
+    pub async fn fetch_for<'a, F, Reading>(
+        &'a self,
+        workspace_id: Uuid,
+        seen: WalPosition,
+        read: F,
+    ) -> Result<Read, ReadError>
+    where
+        F: Fn(&'a ReadConnections) -> Reading,
+        Reading: Future<Output = Result<Vec<PgRow>, ReadError>>,
+    {
+        let needed = self.needed(std::iter::once(workspace_id)).map(|fence| fence.max(seen));
+        if let Some(replica) = needed.and_then(|needed| self.replica_at(needed)) {
+            match read(&replica.connections).await {
+                Ok(rows) => return Ok(self.read_on_replica(replica, rows)),
+                Err(ReadError::Database(error)) if super::is_unavailable(&error) => self.failed(replica, &error),
+                Err(error) => return Err(error),
+            }
+        }
+        metrics::counter!(READS, "source" => "primary").increment(1);
+        let rows = read(&self.primary).await?;
+        Ok(Read { position: read_position(&rows), rows })
+    }
+
+    /// For a statement reading several `workspaces` at once: its rows from a replica
+    /// that has passed every one's fence, or `None` when the caller should read the
+    /// primary.
+    pub async fn fetch_across<'a, F, Reading>(
+        &'a self,
+        workspaces: impl Iterator<Item = Uuid>,
+        read: F,
+    ) -> Result<Option<Read>, sqlx::Error>
+    where
+        F: FnOnce(&'a ReadConnections) -> Reading,
+        Reading: Future<Output = Result<Vec<PgRow>, sqlx::Error>>,
+    {
+        if let Some(replica) = self.needed(workspaces).and_then(|needed| self.replica_at(needed)) {
+            match read(&replica.connections).await {
+                Ok(rows) => return Ok(Some(self.read_on_replica(replica, rows))),
+                Err(error) if super::is_unavailable(&error) => self.failed(replica, &error),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(None)
+    }
+
+    fn read_on_replica(&self, replica: &Replica, rows: Vec<PgRow>) -> Read {
+        metrics::counter!(READS, "source" => "replica").increment(1);
+        let position = read_position(&rows);
+        if let Some(position) = position {
+            replica.replayed_at_least(position);
+        }
+        Read { rows, position }
+    }
+
+    fn failed(&self, replica: &Replica, error: &sqlx::Error) {
+        let name = replica.status().name.clone();
+        tracing::warn!(replica = %name, %error, "a replica failed a read; the primary serves it, and the replica is out of the rotation until it answers again");
+        replica.take_out(format!("a read failed: {error}"));
+        metrics::gauge!(REPLICA_IN_ROTATION, "replica" => name).set(0.0);
+    }
+
+    /// The position every one of `workspaces` needs, or `None` when only the primary
+    /// may serve (no replica, no trusted listener, or a fence still being read).
+    fn needed(&self, workspaces: impl Iterator<Item = Uuid>) -> Option<WalPosition> {
+        if self.replicas.is_empty() || !self.listening.load(Ordering::Acquire) {
+            return None;
+        }
+        let fences = self.lock_fences();
+        let mut needed = 0;
+        for workspace_id in workspaces {
+            needed = needed.max(fences.needed(workspace_id)?);
+        }
+        Some(needed)
+    }
+
+    /// A replica in the rotation that has replayed `needed`, taking turns.
+    fn replica_at(&self, needed: WalPosition) -> Option<&Replica> {
+        let start = self.turn.fetch_add(1, Ordering::Relaxed);
+        (0..self.replicas.len()).map(|offset| &self.replicas[(start + offset) % self.replicas.len()]).find(|replica| {
+            let status = replica.status();
+            status.in_rotation() && status.replayed >= needed
+        })
+    }
+
+    fn lock_fences(&self) -> MutexGuard<'_, Fences> {
+        // Every change to the fences is one assignment: a poisoned lock holds whole ones.
+        self.fences.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn fence(&self, workspace_id: Option<Uuid>) {
+        {
+            let mut fences = self.lock_fences();
+            let number = fences.announce();
+            match workspace_id {
+                Some(workspace_id) => {
+                    fences.by_workspace.insert(workspace_id, Fence::Pending(number));
+                }
+                None => fences.floor = Some(Fence::Pending(number)),
+            }
+        }
+        self.announced.notify_one();
+    }
+
+    /// Until the process ends: reads the primary's position after announcements (the
+    /// fences), and samples every replica (the rotation).
+    pub async fn watch(self: Arc<Self>) {
+        if self.replicas.is_empty() {
+            return;
+        }
+        let mut ticker = tokio::time::interval(MONITOR_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = self.announced.notified() => self.settle_fences().await,
+                _ = ticker.tick() => {
+                    self.settle_fences().await;
+                    self.sample().await;
+                }
+            }
+        }
+    }
+
+    async fn settle_fences(&self) {
+        let announcement = {
+            let fences = self.lock_fences();
+            if !fences.has_pending() {
+                return;
+            }
+            fences.announced
+        };
+        // Read after the announcements: the changes they announce are below it.
+        if let Ok(position) = self.primary_position().await {
+            self.lock_fences().settle(announcement, position);
+        }
+    }
+
+    async fn primary_position(&self) -> Result<WalPosition, String> {
+        let query = sqlx::query("select (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8");
+        let rows = tokio::time::timeout(SAMPLE_TIMEOUT, self.primary.fetch_all(PlanMode::Generic, query))
+            .await
+            .map_err(|_| format!("no answer within {SAMPLE_TIMEOUT:?}"))?
+            .map_err(|error| error.to_string())?;
+        let row = rows.first().ok_or("no row")?;
+        row.try_get::<i64, _>(0).map_err(|error| error.to_string())
+    }
+
+    async fn sample(&self) {
+        if let Ok(position) = self.primary_position().await {
+            let mut samples = self.primary_samples.lock().unwrap_or_else(PoisonError::into_inner);
+            samples.push_back((Instant::now(), position));
+            // Enough history to tell any lag up to twice the allowed one.
+            let kept_for = self.max_lag * 2 + Duration::from_secs(1);
+            while samples.len() > 1 && samples.front().is_some_and(|(at, _)| at.elapsed() > kept_for) {
+                samples.pop_front();
+            }
+        }
+        let mut replayed_by_all = WalPosition::MAX;
+        for replica in &self.replicas {
+            let sampled = sample_replica(&replica.connections).await;
+            let mut status = replica.status();
+            match sampled {
+                Ok(replayed) => {
+                    status.replayed = status.replayed.max(replayed);
+                    status.lag = self.lag_behind(status.replayed);
+                    status.problem = match status.lag {
+                        Some(lag) if lag <= self.max_lag => None,
+                        Some(lag) => Some(format!(
+                            "{} ms behind the primary, more than the {} ms allowed",
+                            lag.as_millis(),
+                            self.max_lag.as_millis()
+                        )),
+                        None => Some("its lag is unknown: the primary cannot be sampled".to_owned()),
+                    };
+                }
+                Err(problem) => status.problem = Some(problem),
+            }
+            replayed_by_all = replayed_by_all.min(status.replayed);
+            let lag = status.lag.map_or(f64::NAN, |lag| lag.as_secs_f64());
+            metrics::gauge!(REPLICA_LAG, "replica" => status.name.clone()).set(lag);
+            metrics::gauge!(REPLICA_IN_ROTATION, "replica" => status.name.clone()).set(if status.in_rotation() {
+                1.0
+            } else {
+                0.0
+            });
+        }
+        self.lock_fences().prune(replayed_by_all);
+    }
+
+    /// How long ago the primary first was past `replayed`, by its samples: zero when
+    /// the newest sample is not past it; `None` without samples.
+    fn lag_behind(&self, replayed: WalPosition) -> Option<Duration> {
+        let samples = self.primary_samples.lock().unwrap_or_else(PoisonError::into_inner);
+        samples.back()?;
+        Some(samples.iter().find(|(_, position)| *position > replayed).map_or(Duration::ZERO, |(at, _)| at.elapsed()))
+    }
+}
+
+/// The replayed position of a server that must be a replica.
+async fn sample_replica(connections: &ReadConnections) -> Result<WalPosition, String> {
+    let query = sqlx::query("select pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8");
+    let rows = tokio::time::timeout(SAMPLE_TIMEOUT, connections.fetch_all(PlanMode::Generic, query))
+        .await
+        .map_err(|_| format!("no answer within {SAMPLE_TIMEOUT:?}"))?
+        .map_err(|error| format!("unreachable: {error}"))?;
+    let row = rows.first().ok_or("its sample returned no row")?;
+    let in_recovery: bool = row.try_get(0).map_err(|error| error.to_string())?;
+    let replayed: Option<i64> = row.try_get(1).map_err(|error| error.to_string())?;
+    match (in_recovery, replayed) {
+        (true, Some(replayed)) => Ok(replayed),
+        _ => Err("is not a streaming replica (not in recovery)".to_owned()),
+    }
+}
+
+/// The position a routed statement's rows were read at: their last column.
+fn read_position(rows: &[PgRow]) -> Option<WalPosition> {
+    let row = rows.first()?;
+    row.try_get::<Option<i64>, _>(row.len().checked_sub(1)?).ok().flatten()
+}
+
+impl Invalidated for Reads {
+    fn channel(&self) -> &'static str {
+        CHANGES_CHANNEL
+    }
+
+    fn evict(&self, payload: &str) {
+        if self.replicas.is_empty() {
+            return;
+        }
+        let workspace = payload.split(' ').next().unwrap_or_default();
+        self.fence(Uuid::try_parse(workspace).ok());
+    }
+
+    fn forget_everything(&self) {
+        if !self.replicas.is_empty() {
+            // Changes made while nobody listened were never announced: every workspace
+            // waits for the primary's position read after the listener is back.
+            self.fence(None);
+        }
+    }
+
+    fn listening(&self) -> &AtomicBool {
+        &self.listening
+    }
+}
+
+/// Replicas as `host:port/database` for metrics and readiness.
+pub fn replica_name(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) => {
+            format!("{}:{}{}", parsed.host_str().unwrap_or("?"), parsed.port().unwrap_or(5432), parsed.path())
+        }
+        Err(_) => "<unparseable replica URL>".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pending_fence_leaves_only_the_primary_until_settled_past_it() {
+        let mut fences = Fences::default();
+        let workspace = Uuid::new_v4();
+        let number = fences.announce();
+        fences.by_workspace.insert(workspace, Fence::Pending(number));
+        assert_eq!(fences.needed(workspace), None);
+        assert_eq!(fences.needed(Uuid::new_v4()), Some(0));
+        fences.settle(number, 500);
+        assert_eq!(fences.needed(workspace), Some(500));
+    }
+
+    #[test]
+    fn a_position_read_before_an_announcement_does_not_settle_it() {
+        let mut fences = Fences::default();
+        let workspace = Uuid::new_v4();
+        let read_after = fences.announce();
+        let later = fences.announce();
+        fences.by_workspace.insert(workspace, Fence::Pending(later));
+        fences.settle(read_after, 500);
+        assert_eq!(fences.needed(workspace), None);
+    }
+
+    #[test]
+    fn an_outage_fences_every_workspace_and_too_many_fences_fold_into_one() {
+        let mut fences = Fences::default();
+        let number = fences.announce();
+        fences.floor = Some(Fence::Pending(number));
+        assert_eq!(fences.needed(Uuid::new_v4()), None);
+        fences.settle(number, 70);
+        assert_eq!(fences.needed(Uuid::new_v4()), Some(70));
+        for position in 0..=i64::try_from(MAX_FENCES).unwrap_or(0) {
+            fences.by_workspace.insert(Uuid::new_v4(), Fence::At(100 + position));
+        }
+        fences.prune(0);
+        assert!(fences.by_workspace.is_empty());
+        assert_eq!(fences.needed(Uuid::new_v4()), Some(100 + i64::try_from(MAX_FENCES).unwrap_or(0)));
+    }
+
+    #[test]
+    fn fences_every_replica_passed_are_dropped() {
+        let mut fences = Fences::default();
+        let (passed, ahead) = (Uuid::new_v4(), Uuid::new_v4());
+        fences.by_workspace.insert(passed, Fence::At(10));
+        fences.by_workspace.insert(ahead, Fence::At(30));
+        fences.prune(20);
+        assert!(!fences.by_workspace.contains_key(&passed));
+        assert_eq!(fences.needed(ahead), Some(30));
+    }
+}
