@@ -1,9 +1,11 @@
 //! compose.yaml, checked on paper: the services and their images, volumes, ordering,
 //! ports and secrets, and every command line and environment variable against what the
-//! real binaries accept. `health` runs the services' health checks for real.
+//! real binaries accept. `health` runs the services' health checks for real; `scale`
+//! checks the profile that runs the stack scaled out.
 
 mod health;
 mod postgres_settings;
+mod scale;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,7 +18,9 @@ const SERVICES: [&str; 6] = ["postgres", "nats", "migrate", "projector", "api", 
 fn the_stack_is_postgres_nats_migrate_projector_api_and_a_demo_seeder() {
     let compose = compose();
 
-    let names: BTreeSet<String> = compose.services().into_keys().collect();
+    // Beside the `scale` profile's services (scale.rs).
+    let names: BTreeSet<String> =
+        compose.services().into_keys().filter(|name| !scale::services().contains(name.as_str())).collect();
 
     assert_eq!(names, SERVICES.map(str::to_owned).into());
 }
@@ -118,7 +122,9 @@ fn lectern_services_share_one_image_built_from_the_dockerfile() {
 
     let lectern: BTreeSet<String> = compose.lectern_services().iter().map(|service| service.name.to_owned()).collect();
 
-    assert_eq!(lectern, ["migrate", "projector", "api", "demo"].map(str::to_owned).into());
+    let mut expected: BTreeSet<String> = ["migrate", "projector", "api", "demo"].map(str::to_owned).into();
+    expected.extend(scale::lectern_services().into_iter().map(str::to_owned));
+    assert_eq!(lectern, expected);
     for service in compose.lectern_services() {
         let build = &service.value["build"];
         let context = build.as_str().or_else(|| build["context"].as_str());
@@ -171,19 +177,24 @@ fn every_environment_variable_of_a_lectern_service_is_one_its_command_reads() {
 }
 
 #[test]
-fn lectern_services_log_json_and_the_api_runs_in_production_mode() {
+fn lectern_services_log_json_and_every_api_runs_in_production_mode() {
     let compose = compose();
+    let serves = ["lectern-api".to_owned(), "serve".to_owned()];
 
     for service in compose.lectern_services() {
         let environment = service.environment();
         assert_eq!(environment.get("LECTERN_LOG_FORMAT").map(String::as_str), Some("json"), "{}", service.name);
+        if service.argv().starts_with(&serves) {
+            assert_eq!(
+                environment.get("LECTERN_PRODUCTION").map(String::as_str),
+                Some("1"),
+                "{} must run with LECTERN_PRODUCTION=1",
+                service.name
+            );
+        }
     }
-    let api = compose.service("api").environment();
-    assert_eq!(
-        api.get("LECTERN_PRODUCTION").map(String::as_str),
-        Some("1"),
-        "the api must run with LECTERN_PRODUCTION=1"
-    );
+    let api = compose.service("api").argv();
+    assert!(api.starts_with(&serves), "the api runs {api:?}");
 }
 
 #[test]
@@ -347,7 +358,8 @@ fn the_demo_seeder_runs_only_under_the_demo_profile() {
         if service.name == "demo" {
             assert_eq!(profiles, ["demo"], "`docker compose --profile demo up` must be what runs the seeder");
             assert_eq!(service.argv().get(..2), Some(&["lectern-dev".to_owned(), "publish-demo".to_owned()][..]));
-        } else {
+        } else if !scale::services().contains(service.name) {
+            // The `scale` profile's services are checked in scale.rs.
             assert!(profiles.is_empty(), "{} must run without a profile: {profiles:?}", service.name);
         }
     }
@@ -359,7 +371,7 @@ fn one_shot_services_never_restart_and_long_running_ones_do() {
 
     for service in compose.services().values() {
         let restart = service.value["restart"].as_str().unwrap_or("no");
-        if ["migrate", "demo"].contains(&service.name) {
+        if ["migrate", "demo", scale::MIGRATE].contains(&service.name) {
             assert_eq!(restart, "no", "{} runs once: restarting it would loop", service.name);
         } else {
             assert!(

@@ -193,11 +193,22 @@ impl<'a> Service<'a> {
 
     /// Named volumes this service mounts, with the path inside the container.
     pub fn named_volumes(&self) -> Vec<(String, String)> {
+        self.mounts("volume")
+    }
+
+    /// Files and directories of the host this service mounts (bind mounts), with the path
+    /// inside the container.
+    pub fn bind_mounts(&self) -> Vec<(String, String)> {
+        self.mounts("bind")
+    }
+
+    /// Mounts of `kind` (`volume` or `bind`), long syntax or short.
+    fn mounts(&self, kind: &str) -> Vec<(String, String)> {
         let Some(volumes) = self.value["volumes"].as_sequence() else { return Vec::new() };
         volumes
             .iter()
             .filter_map(|volume| match volume {
-                Value::Mapping(_) if volume["type"].as_str() == Some("volume") => {
+                Value::Mapping(_) if volume["type"].as_str() == Some(kind) => {
                     Some((scalar(&volume["source"]), scalar(&volume["target"])))
                 }
                 Value::Mapping(_) => None,
@@ -207,8 +218,8 @@ impl<'a> Service<'a> {
                     let source = parts.next().unwrap_or_default().to_owned();
                     let target = parts.next().unwrap_or_default().to_owned();
                     // Bind mounts start with a path; named volumes with a name.
-                    let named = !source.starts_with(['.', '/', '~', '$']);
-                    named.then_some((source, target))
+                    let bind = source.starts_with(['.', '/', '~', '$']);
+                    (bind == (kind == "bind")).then_some((source, target))
                 }
             })
             .collect()

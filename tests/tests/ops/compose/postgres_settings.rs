@@ -1,15 +1,20 @@
 //! The settings compose.yaml gives PostgreSQL on its command line (`-c name=value`),
 //! checked by PostgreSQL itself: a misspelt name or a value out of range would keep
-//! the database, and so the whole stack, from starting.
+//! the database, and so the whole stack, from starting. The `scale` profile's primary
+//! and replica are checked the same way.
 
 use lectern_tests::postgres::TestPostgres;
 use sqlx::{Connection, PgConnection};
 
+use super::scale;
 use crate::stack::compose;
 
-/// The `-c name=value` pairs of postgres's command, in order.
-fn command_line_settings() -> Vec<(String, String)> {
-    let command = compose().service("postgres").list("command");
+/// The PostgreSQL servers compose.yaml runs, the `scale` profile's included.
+const SERVERS: [&str; 3] = ["postgres", scale::PRIMARY, scale::REPLICA];
+
+/// The `-c name=value` pairs of `service`'s command, in order.
+pub(super) fn command_line_settings(service: &str) -> Vec<(String, String)> {
+    let command = compose().service(service).list("command");
     let mut settings = Vec::new();
     let mut words = command.iter();
     while let Some(word) = words.next() {
@@ -24,7 +29,7 @@ fn command_line_settings() -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn every_setting_on_the_postgres_command_line_is_one_postgresql_accepts() {
-    let settings = command_line_settings();
+    let settings: Vec<(String, String)> = SERVERS.iter().flat_map(|service| command_line_settings(service)).collect();
     let mut server = TestPostgres::start_new().await;
     let mut connection = PgConnection::connect(&server.url_for("postgres")).await.expect("connect");
 
@@ -42,17 +47,20 @@ async fn every_setting_on_the_postgres_command_line_is_one_postgresql_accepts() 
 /// The stock 1 GB forces a checkpoint every 8-10 s under 2,000 updates a second, and
 /// every page an update touches after one is written to the WAL whole again: 4.6 times
 /// the WAL, and a publish→visible p99 several times longer (bench/history.md, 2026-11-25, 14:00-17:00).
+/// The `scale` profile's primary takes the same writes.
 #[test]
 fn compose_postgres_spaces_its_checkpoints_for_the_projectors_writes() {
-    let settings = command_line_settings();
+    for service in ["postgres", scale::PRIMARY] {
+        let settings = command_line_settings(service);
 
-    let max_wal_size = settings.iter().find(|(name, _)| name == "max_wal_size").map(|(_, value)| value.as_str());
+        let max_wal_size = settings.iter().find(|(name, _)| name == "max_wal_size").map(|(_, value)| value.as_str());
 
-    let megabytes = max_wal_size.and_then(megabytes);
-    assert!(
-        megabytes.is_some_and(|megabytes| megabytes >= 8 * 1024),
-        "compose's postgres runs with max_wal_size {max_wal_size:?}, not 8GB or more"
-    );
+        let megabytes = max_wal_size.and_then(megabytes);
+        assert!(
+            megabytes.is_some_and(|megabytes| megabytes >= 8 * 1024),
+            "compose's {service} runs with max_wal_size {max_wal_size:?}, not 8GB or more"
+        );
+    }
 }
 
 /// A size in PostgreSQL's units for `max_wal_size` (MB, GB or TB), in megabytes.
