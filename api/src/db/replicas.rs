@@ -307,7 +307,19 @@ impl Reads {
         }
         metrics::counter!(READS, "source" => "primary").increment(1);
         let rows = read(&self.primary).await?;
-        Ok(Read { position: read_position(&rows), rows })
+        Ok(Read { position: self.position_worth_carrying(&rows), rows })
+    }
+
+    /// The primary's read position, when there are replicas it could matter to. Without
+    /// replicas, cursors and tokens keep the format without it, which the release before
+    /// replicas also reads: a rolling upgrade never hands a client one its old processes
+    /// refuse. Turn replicas on once every process runs this release.
+    fn position_worth_carrying(&self, rows: &[PgRow]) -> Option<WalPosition> {
+        if self.replicas.is_empty() {
+            None
+        } else {
+            read_position(rows)
+        }
     }
 
     /// For a statement reading several `workspaces` at once: its rows from a replica
@@ -329,6 +341,7 @@ impl Reads {
                 Err(error) => return Err(error),
             }
         }
+        metrics::counter!(READS, "source" => "primary").increment(1);
         Ok(None)
     }
 

@@ -80,13 +80,17 @@ impl SyncTokens {
         self.issue_read_at(scope, position, 0)
     }
 
-    /// The token of `position` in `scope`'s feed, on a page read at `read_at`.
+    /// The token of `position` in `scope`'s feed, on a page read at `read_at` (0: unknown,
+    /// and then in the format before read positions).
     pub fn issue_read_at(&self, scope: FeedScope, position: FeedPosition, read_at: WalPosition) -> String {
         let mut bytes = Vec::with_capacity(BODY_LEN + TAG_LEN);
-        bytes.push(VERSION);
+        // Without a read position, the format before it: the release before it reads that.
+        bytes.push(if read_at == 0 { UNREAD_VERSION } else { VERSION });
         bytes.extend_from_slice(&position.transaction.to_be_bytes());
         bytes.extend_from_slice(position.id.as_bytes());
-        bytes.extend_from_slice(&read_at.to_be_bytes());
+        if read_at != 0 {
+            bytes.extend_from_slice(&read_at.to_be_bytes());
+        }
         let tag: [u8; TAG_LEN] = self.mac(scope, &bytes).finalize().into_bytes().into();
         bytes.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(bytes)
@@ -234,6 +238,12 @@ mod tests {
         let (position, read_at) = tokens().open_read_at(&token, scope(workspace)).unwrap();
         assert_eq!(read_at, 1 << 40);
         assert_eq!(position.transaction, 12);
+    }
+
+    #[test]
+    fn a_token_without_a_read_position_is_written_in_the_format_before_it() {
+        let token = tokens().issue(scope(Uuid::new_v4()), at(5));
+        assert_eq!(URL_SAFE_NO_PAD.decode(token).map(|bytes| bytes[0]), Ok(UNREAD_VERSION));
     }
 
     #[test]

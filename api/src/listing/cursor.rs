@@ -73,7 +73,8 @@ impl CursorSigner {
         self.issue_read_at(scope, position, 0)
     }
 
-    /// A cursor after `position`, on a page read at `read_at`.
+    /// A cursor after `position`, on a page read at `read_at` (0: unknown, and then in the
+    /// first format).
     pub fn issue_read_at(&self, scope: &CursorScope<'_>, position: &Position, read_at: WalPosition) -> String {
         self.issue_at(scope, position, read_at, Utc::now())
     }
@@ -86,7 +87,8 @@ impl CursorSigner {
         now: DateTime<Utc>,
     ) -> String {
         let mut bytes = Vec::with_capacity(HEADER_LEN + 32 + TAG_LEN);
-        bytes.push(VERSION);
+        // Without a read position, the first format: the release before it reads that.
+        bytes.push(if read_at == 0 { UNPOSITIONED_VERSION } else { VERSION });
         bytes.extend_from_slice(&now.timestamp().to_be_bytes());
         let (sort, id) = match position {
             Position::CreatedAt { id, .. } => (0, id),
@@ -94,7 +96,9 @@ impl CursorSigner {
         };
         bytes.push(sort);
         bytes.extend_from_slice(id.as_bytes());
-        bytes.extend_from_slice(&read_at.to_be_bytes());
+        if read_at != 0 {
+            bytes.extend_from_slice(&read_at.to_be_bytes());
+        }
         match position {
             Position::CreatedAt { at, .. } => bytes.extend_from_slice(&at.timestamp_micros().to_be_bytes()),
             Position::Name { name, .. } => bytes.extend_from_slice(name.as_bytes()),
@@ -294,6 +298,12 @@ mod tests {
         let name_scope = CursorScope { sort: SortKey::Name, ..scope(workspace) };
         let token = signer().issue_read_at(&name_scope, &by_name, 7);
         assert_eq!(signer().open_read_at(&token, &name_scope), Ok((by_name, 7)));
+    }
+
+    #[test]
+    fn a_cursor_without_a_read_position_is_written_in_the_first_format() {
+        let token = signer().issue(&scope(Uuid::new_v4()), &position());
+        assert_eq!(URL_SAFE_NO_PAD.decode(token).map(|bytes| bytes[0]), Ok(UNPOSITIONED_VERSION));
     }
 
     #[test]
