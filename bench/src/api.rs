@@ -61,6 +61,18 @@ impl Api {
 }
 
 pub async fn start(binary: &Path, database: &Database, work: &Path) -> Result<Api> {
+    start_named(binary, database, work, "api", &[]).await
+}
+
+/// The API with `extra` settings (`LECTERN_READ_DATABASE_URL`, …), its log `<name>.log`
+/// in the work directory, so that two can run side by side.
+pub async fn start_named(
+    binary: &Path,
+    database: &Database,
+    work: &Path,
+    name: &str,
+    extra: &[(&'static str, String)],
+) -> Result<Api> {
     let port = free_port()?;
     let mut env = vec![
         ("DATABASE_URL", database.url.clone()),
@@ -79,7 +91,8 @@ pub async fn start(binary: &Path, database: &Database, work: &Path) -> Result<Ap
     ] {
         env.push((limit, UNLIMITED.to_owned()));
     }
-    let mut process = Process::spawn(binary, &["serve".to_owned()], &env, &work.join("api.log"))?;
+    env.extend(extra.iter().cloned());
+    let mut process = Process::spawn(binary, &["serve".to_owned()], &env, &work.join(format!("{name}.log")))?;
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -90,7 +103,7 @@ pub async fn start(binary: &Path, database: &Database, work: &Path) -> Result<Ap
             return Ok(Api { process, base, metrics });
         }
         if Instant::now() > deadline {
-            return Err("lectern-api serve was not ready within 30 s".into());
+            return Err(format!("lectern-api serve ({name}) was not ready within 30 s").into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

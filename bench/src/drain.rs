@@ -9,7 +9,7 @@ use async_nats::jetstream;
 use lectern_projector::workspace_indexes;
 use uuid::Uuid;
 
-use super::infra::{Database, Process};
+use super::infra::{Database, Nats, Process};
 use super::machine::{Rss, RssSampler};
 use super::{Context, Result};
 
@@ -25,13 +25,15 @@ impl Drained {
     }
 }
 
-/// Starts `lectern-projector run` against the private NATS and `database`.
-pub fn start_projector(binary: &Path, nats_url: &str, database: &Database, work: &Path) -> Result<Process> {
+/// Starts `lectern-projector run` against the private NATS (every server of a cluster,
+/// the stream asked for with a copy on each) and `database`.
+pub fn start_projector(binary: &Path, nats: &Nats, database: &Database, work: &Path) -> Result<Process> {
     Process::spawn(
         binary,
         &["run".to_owned()],
         &[
-            ("NATS_URL", nats_url.to_owned()),
+            ("NATS_URL", nats.urls.clone()),
+            ("LECTERN_STREAM_REPLICAS", nats.replicas().to_string()),
             ("DATABASE_URL", database.url.clone()),
             ("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0".to_owned()),
             ("RUST_LOG", "info".to_owned()),

@@ -103,49 +103,56 @@ pub async fn alternate(
             };
             let name = format!("{}_drain{}_{}", database.name, number + 1, if build == Build::A { "a" } else { "b" });
             let own = Database::migrated_by(&binaries.api, &name).await?;
-            let (projector, _, run) = run_once(setup, plan, nats, &own, &binaries.projector, events, build).await?;
+            let label = format!("{build:?}");
+            let (projector, _, drained, detail) =
+                drain_fresh(setup, plan, nats, &own, &binaries.projector, events, &label).await?;
             projector.stop().await;
             own.pool.close().await;
             if !setup.options.keep {
                 drop_database(&name).await?;
             }
-            runs.push(run);
+            runs.push(Run { build, drained, detail });
         }
     }
-    let (projector, metrics, run) = run_once(setup, plan, nats, database, &head.projector, events, Build::A).await?;
-    runs.push(run);
+    let (projector, metrics, drained, detail) =
+        drain_fresh(setup, plan, nats, database, &head.projector, events, "A").await?;
+    runs.push(Run { build: Build::A, drained, detail });
     Ok(Alternated { runs, projector, metrics })
 }
 
-/// One run: a fresh durable consumer, the build's projector started on the stream, timed
-/// until it has applied and acknowledged every event, the read model counted.
-async fn run_once(
+/// Drains the whole stream of `nats` from its first event with a fresh durable consumer:
+/// `projector` started, timed until it has applied and acknowledged every event, the read
+/// model counted. Returns the projector (still running), its operations address, the
+/// drain and where its time went (the projector's batches, the WAL written and the CPU of
+/// the projector and every nats-server); `label` names the run in the progress lines.
+pub async fn drain_fresh(
     setup: &Setup,
     plan: &Plan,
     nats: &Nats,
     database: &Database,
     projector: &Path,
     events: u64,
-    build: Build,
-) -> Result<(Process, String, Run)> {
-    let nats_url = nats.url.as_str();
-    restart_consumer(nats_url).await?;
+    label: &str,
+) -> Result<(Process, String, Drained, String)> {
+    restart_consumer(&nats.url).await?;
     let wal = WalMark::take(&database.pool).await?;
-    let mut process = drain::start_projector(projector, nats_url, database, &setup.work)?;
-    let cpu = CpuShares::start(&[("projector", process.pid), ("nats-server", nats.pid())]);
+    let mut process = drain::start_projector(projector, nats, database, &setup.work)?;
+    let mut processes = vec![("projector", process.pid)];
+    processes.extend(nats.servers());
+    let cpu = CpuShares::start(&processes);
     let metrics = drain::metrics_address(&mut process).await?;
-    let drained = drain::drain(&mut process, &metrics, nats_url, events).await?;
+    let drained = drain::drain(&mut process, &metrics, &nats.url, events).await?;
     let (cpu, batches) = (cpu.describe(), drain::Batches::scrape(&metrics).await?);
     let wal = wal.describe_until(&WalMark::take(&database.pool).await?, drained.elapsed);
     drain::verify(database, plan.contacts(), plan.items()).await?;
     eprintln!(
-        "      {build:?} ({}): {:.1} s, {} events/s",
+        "      {label} ({}): {:.1} s, {} events/s",
         projector.display(),
         drained.elapsed.as_secs_f64(),
         thousands(drained.per_second())
     );
     let detail = format!("{}; {wal}; CPU {cpu}", batches.describe(drained.elapsed));
-    Ok((process, metrics, Run { build, drained, detail }))
+    Ok((process, metrics, drained, detail))
 }
 
 /// Deletes the durable consumer, if there is one, so the next projector reads the stream

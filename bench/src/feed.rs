@@ -122,7 +122,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     );
 
     eprintln!("[6/6] publish→visible through the feed, and a long poll's wake-up");
-    let latency = feed_latency::measure(plan, &nats.url, &api.base, &key, &database.url).await?;
+    let latency = feed_latency::measure(plan, &nats.url, &api.base, &key, &database.url, 0).await?;
     api.process.check_running()?;
     api.process.stop().await;
     projector.check_running()?;
@@ -149,7 +149,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
             lectern: format!("{} events/s (median of {})", thousands(head), list(&head_rates)),
             baseline: format!("{} events/s (median of {})", thousands(base), list(&base_rates)),
             ratio: Some(ratio),
-            ..dashes()
+            ..Row::dashes()
         });
         report.targets.push((
             "drain within 15 % of the projector before the feed (≥ 0.85×)".to_owned(),
@@ -164,7 +164,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         baseline: format!("{} rows/s", thousands(written.per_second())),
         ratio: Some(plain_ratio),
         rss: runs.last().map_or_else(|| "–".to_owned(), |run| run.drained.rss.summary()),
-        ..dashes()
+        ..Row::dashes()
     });
     report.targets.push(("drain ≥ 0.8× plain SQL".to_owned(), plain_ratio >= 0.8, format!("{plain_ratio:.2}×")));
     report.rows.push(Row {
@@ -175,7 +175,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         lectern: format!("{} records/s (feed)", thousands(feed_rate)),
         baseline: format!("{} records/s (listing)", thousands(listing_rate)),
         ratio: Some(catch_up_ratio),
-        ..dashes()
+        ..Row::dashes()
     });
     report.targets.push((
         "catch-up through the feed ≥ the listing's traversal".to_owned(),
@@ -212,7 +212,11 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
             millis(Duration::from_secs_f64(elapsed / pages.max(1.0))),
             "–".to_owned(),
             format!("{:.0} µs", cpu.api * 1e6 / pages.max(1.0)),
-            format!("{:.0} µs (all backends)", cpu.postgres * 1e6 / pages.max(1.0)),
+            format!(
+                "{:.0} µs (all backends); the client {:.0} µs",
+                cpu.postgres * 1e6 / pages.max(1.0),
+                cpu.client * 1e6 / pages.max(1.0)
+            ),
         ]);
     }
     let quantile_row = |scenario: String, measured: String, quantiles: &Quantiles| Row {
@@ -220,7 +224,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         lectern: measured,
         p50: millis(quantiles.p50),
         p99: millis(quantiles.p99),
-        ..dashes()
+        ..Row::dashes()
     };
     report.rows.push(quantile_row(
         "feed: publish→visible (an event published, polled from the previous token until served)".to_owned(),
@@ -279,8 +283,8 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         "Catch-up: one client (reqwest, JSON parsed per page), `GET /v1/contacts/changes?limit=100` from no `since`, \
          following `syncToken` until `hasMore` is false (every change of the {} contacts served once, checked), \
          against `GET /v1/contacts?limit=100` following `nextCursor` to the end; {ROUNDS} rounds, listing then feed, \
-         medians of each (feed {} records/s, listing {} records/s). CPU per page is the API process's and every \
-         PostgreSQL process's over the traversals, from /proc. Feed pages read ahead over the rounds, by outcome \
+         medians of each (feed {} records/s, listing {} records/s). CPU per page is the API process's, every \
+         PostgreSQL process's and the client's (this benchmark's process) over the traversals, from /proc. Feed pages read ahead over the rounds, by outcome \
          (`{FEED_READ_AHEAD}`): {read_ahead}.",
         thousands(f64::from(plan.big().contacts)),
         list(&catch_up.iter().map(|(records, elapsed, _)| *records as f64 / elapsed.as_secs_f64()).collect::<Vec<_>>()),
@@ -298,12 +302,6 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     ));
     report.notes.push(latency.describe());
     Ok(())
-}
-
-/// A row with nothing in any column: "–" where a figure does not apply.
-fn dashes() -> Row {
-    let none = || "–".to_owned();
-    Row { scenario: none(), lectern: none(), baseline: none(), ratio: None, p50: none(), p99: none(), rss: none() }
 }
 
 /// The feed's empty poll as a wrk scenario, and the feed's statement for pgbench for the
@@ -382,16 +380,18 @@ async fn read_feed(api: &Api, key: &str) -> Result<Read> {
     Ok(Read { records, distinct: ids.len(), elapsed: started.elapsed() })
 }
 
-/// CPU seconds spent by the API and by every PostgreSQL process over a stretch.
+/// CPU seconds spent by the API, by every PostgreSQL process and by this process (the
+/// client, which decompresses and parses every page) over a stretch.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cpu {
     api: f64,
     postgres: f64,
+    client: f64,
 }
 
 impl Cpu {
     fn plus(self, other: Self) -> Self {
-        Self { api: self.api + other.api, postgres: self.postgres + other.postgres }
+        Self { api: self.api + other.api, postgres: self.postgres + other.postgres, client: self.client + other.client }
     }
 }
 
@@ -400,11 +400,19 @@ struct CpuMark(Cpu);
 
 impl CpuMark {
     fn take(api_pid: u32) -> Self {
-        Self(Cpu { api: cpu_seconds(api_pid).unwrap_or_default(), postgres: postgres_seconds() })
+        Self(Cpu {
+            api: cpu_seconds(api_pid).unwrap_or_default(),
+            postgres: postgres_seconds(),
+            client: cpu_seconds(std::process::id()).unwrap_or_default(),
+        })
     }
 
     fn since(self, api_pid: u32) -> Cpu {
         let now = Self::take(api_pid).0;
-        Cpu { api: now.api - self.0.api, postgres: (now.postgres - self.0.postgres).max(0.0) }
+        Cpu {
+            api: now.api - self.0.api,
+            postgres: (now.postgres - self.0.postgres).max(0.0),
+            client: now.client - self.0.client,
+        }
     }
 }

@@ -26,8 +26,12 @@ pub struct Database {
 
 impl Database {
     pub async fn create(name: &str) -> Result<Self> {
-        let admin = admin_url();
-        let mut connection = PgConnection::connect(&admin)
+        Self::create_on(&admin_url(), name).await
+    }
+
+    /// The same on the server `admin` reaches (the `--replicas` run's private primary).
+    pub async fn create_on(admin: &str, name: &str) -> Result<Self> {
+        let mut connection = PgConnection::connect(admin)
             .await
             .context(format!("cannot reach PostgreSQL at {admin} (start it, or set LECTERN_BENCH_DATABASE_URL)"))?;
         connection.execute(format!(r#"create database "{name}""#).as_str()).await.context("create database")?;
@@ -85,7 +89,12 @@ pub async fn drop_run_databases(main: &str) -> Result<()> {
 
 /// Drops `name` if it exists, closing whatever still uses it.
 pub async fn drop_database(name: &str) -> Result<()> {
-    let mut connection = PgConnection::connect(&admin_url()).await.context("connect to PostgreSQL")?;
+    drop_database_on(&admin_url(), name).await
+}
+
+/// The same on the server `admin` reaches.
+pub async fn drop_database_on(admin: &str, name: &str) -> Result<()> {
+    let mut connection = PgConnection::connect(admin).await.context("connect to PostgreSQL")?;
     connection
         .execute(format!(r#"drop database if exists "{name}" with (force)"#).as_str())
         .await
@@ -98,34 +107,88 @@ pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// A private nats-server with JetStream, its store in the work directory.
+/// A private nats-server with JetStream, its store in the work directory, or three of
+/// them routed into one JetStream cluster.
 pub struct Nats {
+    /// The first server's address: the bench's own clients connect there, and the
+    /// cluster's routes carry what they send to the rest.
     pub url: String,
-    process: Process,
+    /// Every server's address, comma-separated, as the projector's `NATS_URL` takes a cluster.
+    pub urls: String,
+    processes: Vec<Process>,
 }
+
+/// The servers of a cluster, named for [`crate::cpu_shares::CpuShares`].
+const CLUSTER: [&str; 3] = ["nats-server 1", "nats-server 2", "nats-server 3"];
 
 impl Nats {
     pub fn pid(&self) -> u32 {
-        self.process.pid
+        self.processes.first().map_or(0, |process| process.pid)
     }
 
-    pub async fn start(work: &Path) -> Result<Self> {
-        let binary = nats_server();
-        if !binary.exists() {
-            return Err(format!(
-                "nats-server not found at {} (apt-get install -y nats-server, or set LECTERN_TEST_NATS_SERVER)",
-                binary.display()
-            )
-            .into());
-        }
-        let port = free_port()?;
-        let store = work.join("nats");
-        let args =
-            ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &store.to_string_lossy()].map(String::from);
-        let process = Process::spawn(&binary, &args, &[], &work.join("nats.log"))?;
-        wait_for_port(port, Duration::from_secs(10)).await.context("nats-server did not start")?;
-        Ok(Self { url: format!("nats://127.0.0.1:{port}"), process })
+    /// Each server, named, for counting their CPU.
+    pub fn servers(&self) -> Vec<(&'static str, u32)> {
+        let names: &[&'static str] = if self.processes.len() == 1 { &["nats-server"] } else { &CLUSTER };
+        names.iter().copied().zip(self.processes.iter().map(|process| process.pid)).collect()
     }
+
+    /// Copies of each stream: one per server.
+    pub fn replicas(&self) -> usize {
+        self.processes.len()
+    }
+
+    /// One server, its store and log named `nats` in the work directory.
+    pub async fn start(work: &Path) -> Result<Self> {
+        Self::start_named(work, "nats").await
+    }
+
+    /// One server, its store and log named `name` in the work directory.
+    pub async fn start_named(work: &Path, name: &str) -> Result<Self> {
+        let port = free_port()?;
+        let process = spawn_nats(work, name, port, Vec::new()).await?;
+        let url = format!("nats://127.0.0.1:{port}");
+        Ok(Self { urls: url.clone(), url, processes: vec![process] })
+    }
+
+    /// Three servers routed into one JetStream cluster (each names every route, as
+    /// compose's `scale` profile does), their stores and logs `<name>-1` … `<name>-3`.
+    /// JetStream answers once the servers have elected a meta leader, a few seconds later.
+    pub async fn start_cluster(work: &Path, name: &str) -> Result<Self> {
+        let routes: Vec<String> = (0..CLUSTER.len())
+            .map(|_| free_port().map(|port| format!("nats://127.0.0.1:{port}")))
+            .collect::<Result<_>>()?;
+        let mut processes = Vec::with_capacity(routes.len());
+        let mut urls = Vec::with_capacity(routes.len());
+        for (number, route) in (1..).zip(&routes) {
+            let (node, port) = (format!("{name}-{number}"), free_port()?);
+            let cluster =
+                format!("--name {node} --cluster_name {name} --cluster {route} --routes {}", routes.join(","));
+            let cluster: Vec<String> = cluster.split_whitespace().map(str::to_owned).collect();
+            processes.push(spawn_nats(work, &node, port, cluster).await?);
+            urls.push(format!("nats://127.0.0.1:{port}"));
+        }
+        Ok(Self { url: urls.first().cloned().unwrap_or_default(), urls: urls.join(","), processes })
+    }
+}
+
+/// Starts a nats-server with JetStream on `port` (and `extra` arguments), its store and
+/// log named `name` in the work directory, and waits until it listens.
+async fn spawn_nats(work: &Path, name: &str, port: u16, extra: Vec<String>) -> Result<Process> {
+    let binary = nats_server();
+    if !binary.exists() {
+        return Err(format!(
+            "nats-server not found at {} (apt-get install -y nats-server, or set LECTERN_TEST_NATS_SERVER)",
+            binary.display()
+        )
+        .into());
+    }
+    let store = work.join(name);
+    let mut args: Vec<String> =
+        ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &store.to_string_lossy()].map(String::from).into();
+    args.extend(extra);
+    let process = Process::spawn(&binary, &args, &[], &work.join(format!("{name}.log")))?;
+    wait_for_port(port, Duration::from_secs(10)).await.context(format!("nats-server {name} did not start"))?;
+    Ok(process)
 }
 
 pub async fn wait_for_port(port: u16, within: Duration) -> Result<()> {

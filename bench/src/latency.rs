@@ -1,6 +1,6 @@
-//! Publish→visible latency at a steady rate: `contact.updated` events (version 2 of
-//! distinct contacts) published on a fixed schedule while a poller asks PostgreSQL,
-//! every few milliseconds, which of the outstanding rows already show version 2. An
+//! Publish→visible latency at a steady rate: `contact.updated` events (a new version of
+//! distinct contacts, 2 after the load) published on a fixed schedule while a poller asks PostgreSQL,
+//! every few milliseconds, which of the outstanding rows already show that version. An
 //! event counts as visible at the start of the first poll that sees it (the poll's
 //! snapshot was taken then), so the figure is an upper bound within one poll period.
 //!
@@ -41,13 +41,22 @@ pub struct Latency {
 
 const TICK: Duration = Duration::from_millis(5);
 
-pub async fn measure(plan: &Plan, nats_url: &str, pool: &PgPool, rate: u32, run_for: Duration) -> Result<Latency> {
+/// Publishes `version` of distinct contacts (2 after the load; a later measurement of the
+/// same run publishes a higher one, so every event is new) and polls `pool` for it.
+pub async fn measure(
+    plan: &Plan,
+    nats_url: &str,
+    pool: &PgPool,
+    rate: u32,
+    run_for: Duration,
+    version: i64,
+) -> Result<Latency> {
     let outstanding: Outstanding = Arc::default();
     let publishing_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let poller = tokio::spawn(poll(pool.clone(), outstanding.clone(), publishing_done.clone()));
+    let poller = tokio::spawn(poll(pool.clone(), outstanding.clone(), publishing_done.clone(), version));
     let started = Instant::now();
     let mut order = 0_u64;
-    let published = publish_updates(plan, nats_url, rate, run_for, |key| {
+    let published = publish_updates(plan, nats_url, rate, run_for, version, |key| {
         order += 1;
         outstanding.lock().unwrap_or_else(|p| p.into_inner()).insert(order, (key, Instant::now()));
     })
@@ -88,7 +97,7 @@ impl Published {
     }
 }
 
-/// Publishes `contact.updated` events (version 2 of distinct contacts) at `rate` for
+/// Publishes `contact.updated` events (`version` of distinct contacts) at `rate` for
 /// `run_for`, every 5 ms a tick's worth, all acknowledged; `sending` hears each
 /// (workspace, contact) just before it is sent.
 pub async fn publish_updates(
@@ -96,6 +105,7 @@ pub async fn publish_updates(
     nats_url: &str,
     rate: u32,
     run_for: Duration,
+    version: i64,
     mut sending: impl FnMut((Uuid, Uuid)),
 ) -> Result<Published> {
     let mut publisher = Publisher::connect(nats_url).await?;
@@ -109,7 +119,7 @@ pub async fn publish_updates(
             let mut updated = contact(plan, *record);
             updated.phone = Some(format!("+49 30 {}", 1_000_000 + record.index));
             let now = chrono::Utc::now().timestamp_millis();
-            let event = updated.event(record.workspace, record.index, 2, "updated", now);
+            let event = updated.event(record.workspace, record.index, version, "updated", now);
             sending((updated.workspace_id, updated.id));
             publisher.send(event).await?;
         }
@@ -147,7 +157,12 @@ pub fn distinct_contacts(plan: &Plan, count: usize) -> Vec<Record> {
 }
 
 /// Polls until publishing is over and every event was seen, or ten seconds more passed.
-async fn poll(pool: PgPool, outstanding: Outstanding, done: Arc<std::sync::atomic::AtomicBool>) -> Result<Seen> {
+async fn poll(
+    pool: PgPool,
+    outstanding: Outstanding,
+    done: Arc<std::sync::atomic::AtomicBool>,
+    version: i64,
+) -> Result<Seen> {
     let mut latencies: Seen = Vec::new();
     let mut deadline = None;
     loop {
@@ -169,10 +184,11 @@ async fn poll(pool: PgPool, outstanding: Outstanding, done: Arc<std::sync::atomi
             let (workspaces, ids): (Vec<Uuid>, Vec<Uuid>) = oldest.keys().copied().unzip();
             let visible: Vec<(Uuid, Uuid)> = sqlx::query_as(
                 "select workspace_id, id from contacts
-                 where (workspace_id, id) in (select * from unnest($1::uuid[], $2::uuid[])) and version >= 2",
+                 where (workspace_id, id) in (select * from unnest($1::uuid[], $2::uuid[])) and version >= $3",
             )
             .bind(&workspaces)
             .bind(&ids)
+            .bind(version)
             .fetch_all(&pool)
             .await?;
             let mut outstanding = outstanding.lock().unwrap_or_else(|p| p.into_inner());

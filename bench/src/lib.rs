@@ -19,6 +19,9 @@
 //! - [`feed`]: with `--feed`, the changes feed's scenarios instead of the comparisons:
 //!   catch-up and empty polls ([`feed`]), its latencies ([`feed_latency`]) and the
 //!   drain against the projector before the feed ([`drain_ab`]).
+//! - [`replicas`]: with `--replicas`, reads from a streaming replica (issue 27) instead of
+//!   the comparisons: a private primary and its standby, an API on each arrangement, the
+//!   projector on a NATS cluster.
 //! - [`wal`]: WAL written and checkpoints run over a phase.
 
 pub mod api;
@@ -36,6 +39,7 @@ pub mod options;
 pub mod plain_sql;
 pub mod projector_side;
 pub mod publish;
+pub mod replicas;
 pub mod report;
 pub mod scenarios;
 pub mod soak;
@@ -63,8 +67,8 @@ impl<T, E: Into<Error>> Context<T> for std::result::Result<T, E> {
 }
 
 /// An error and what was being done when it happened. The error stays its source, so
-/// that its own causes are not lost; the message quotes it, as the binary prints only
-/// the message.
+/// that its own causes are not lost; the message quotes it and every cause below it not
+/// already in its text, as the binary prints only the message.
 #[derive(Debug)]
 struct Failed {
     what: String,
@@ -73,7 +77,18 @@ struct Failed {
 
 impl Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.what, self.source)
+        let mut shown = self.source.to_string();
+        write!(f, "{}: {shown}", self.what)?;
+        let mut cause = self.source.source();
+        while let Some(error) = cause {
+            let text = error.to_string();
+            if !shown.contains(&text) {
+                write!(f, ": {text}")?;
+                shown.push_str(&text);
+            }
+            cause = error.source();
+        }
+        Ok(())
     }
 }
 
@@ -162,7 +177,12 @@ async fn interrupted() {
 async fn measure(setup: &Setup) -> Result<report::Report> {
     let plan = lectern_fixtures::generator::plan::Plan::new(setup.options.contacts);
     let machine = machine::describe();
-    let database = infra::Database::create(&setup.databases.0).await?;
+    // Declared before the database, so dropped (stopped) after its pool is closed.
+    let primary = if setup.options.replicas { Some(replicas::Primary::start(setup).await?) } else { None };
+    let database = match &primary {
+        Some(primary) => infra::Database::create_on(&primary.admin_url(), &setup.databases.0).await?,
+        None => infra::Database::create(&setup.databases.0).await?,
+    };
     let server_version: String =
         sqlx::query_scalar("select current_setting('server_version')").fetch_one(&database.pool).await?;
     let (shared_buffers, max_wal_size, checkpoint_timeout, wal_compression): (String, String, String, String) =
@@ -172,16 +192,20 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         )
         .fetch_one(&database.pool)
         .await?;
-    let mut report = match (setup.options.soak_for, setup.options.feed) {
-        (Some(_), _) => report::Report::new("Lectern soak", "Targets (issue 6)"),
-        (None, true) => report::Report::new("Lectern changes feed benchmark", "Targets (changes feed)"),
-        (None, false) => report::Report::new("Lectern benchmark", "Targets (issue 7)"),
+    let mut report = match (setup.options.soak_for, setup.options.feed, &primary) {
+        (Some(_), _, _) => report::Report::new("Lectern soak", "Targets (issue 6)"),
+        (None, true, _) => report::Report::new("Lectern changes feed benchmark", "Targets (changes feed)"),
+        (None, false, Some(_)) => report::Report::new("Lectern on a streaming replica", "Targets (issue 27)"),
+        (None, false, None) => report::Report::new("Lectern benchmark", "Targets (issue 7)"),
+    };
+    let server = match &primary {
+        Some(primary) => primary.describe(),
+        None => "shared by the bench, the app and the load generators.".to_owned(),
     };
     report.header = vec![
         format!(
             "Machine: {machine}; PostgreSQL {server_version} (shared_buffers {shared_buffers}, max_wal_size \
-             {max_wal_size}, checkpoint_timeout {checkpoint_timeout}, wal_compression {wal_compression}), shared by \
-             the bench, the app and the load generators."
+             {max_wal_size}, checkpoint_timeout {checkpoint_timeout}, wal_compression {wal_compression}), {server}"
         ),
         format!(
             "Data (scale {}): {} contacts in {} workspaces ({} of about {}, one of {}) and {} items, published to JetStream and projected.",
@@ -195,10 +219,11 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         ),
         format!("Command: `{}`", setup.options.command_line),
     ];
-    match setup.options.soak_for {
-        Some(soak_for) => soak::measure(setup, &plan, &database, soak_for, &mut report).await?,
-        None if setup.options.feed => feed::measure(setup, &plan, &database, &mut report).await?,
-        None => {
+    match (setup.options.soak_for, &primary) {
+        (Some(soak_for), _) => soak::measure(setup, &plan, &database, soak_for, &mut report).await?,
+        (None, Some(primary)) => replicas::measure(setup, &plan, &database, primary, &mut report).await?,
+        (None, None) if setup.options.feed => feed::measure(setup, &plan, &database, &mut report).await?,
+        (None, None) => {
             projector_side::measure(setup, &plan, &database, &mut report).await?;
             if !setup.options.projector_only {
                 api_side::measure(setup, &plan, &database, &mut report).await?;

@@ -41,11 +41,38 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 
 /// CPU time (user + system) `pid` has used so far, in seconds (Linux counts in 1/100 s).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let fields = stat(pid)?;
+    Some(ticks(&fields, &[11, 12])? as f64 / 100.0)
+}
+
+/// CPU time of the process tree under `root` (a PostgreSQL postmaster): its own, that of
+/// its children running now, and that of every child it has reaped (a backend that
+/// ended), in seconds. PostgreSQL's processes are all the postmaster's children, so two
+/// servers on one machine are told apart by their postmasters.
+pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
+    // utime, stime, then cutime, cstime: the reaped children's.
+    let own = ticks(&stat(root)?, &[11, 12, 13, 14])?;
+    let entries = std::fs::read_dir("/proc").ok()?;
+    let children: u64 = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(stat)
+        // The parent's pid is the second field after the command name.
+        .filter(|fields| fields.get(1).and_then(|parent| parent.parse::<u32>().ok()) == Some(root))
+        .filter_map(|fields| ticks(&fields, &[11, 12]))
+        .sum();
+    Some((own + children) as f64 / 100.0)
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name, which is in parentheses and
+/// may hold spaces: the state first, then the parent's pid, ….
+fn stat(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The sum of the fields at `at`, clock ticks each.
+fn ticks(fields: &[String], at: &[usize]) -> Option<u64> {
+    at.iter().map(|index| fields.get(*index)?.parse::<u64>().ok()).sum()
 }
 
 /// Samples a process's RSS every 100 ms until stopped.

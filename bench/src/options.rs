@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -27,12 +27,24 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      with --feed: a lectern-projector built from another checkout; the drain
                      then alternates this checkout's projector (A) and that one (B), A B A B A,
                      each into a database migrated by the `lectern-api migrate` beside it
-  --keep             keep the benchmark databases and the work directory
+  --replicas         instead of the comparisons, reads from a streaming replica (issue 27): the
+                     same load into a private primary (initdb, the tuning of the server below,
+                     wal_level replica), a standby made by pg_basebackup -R, then an API on the
+                     primary alone (A) against one reading the standby (B): wrk A B A B on a first
+                     page, a deep page and a retrieve, with each server's CPU per request;
+                     publish→visible through each one's feed; and the projector's drain from a
+                     three-node NATS cluster at R3 against a single node (default output
+                     bench/replicas.md)
+  --keep             keep the benchmark databases and the work directory (with --replicas, the
+                     private servers' directories, stopped)
   --no-build         use target/release/lectern-{api,projector} as they are (by default
                      `cargo build --release` brings them up to date with the checkout first)
 
 Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust; LECTERN_BENCH_DATABASE_URL
-overrides), nats-server (/usr/sbin/nats-server or LECTERN_TEST_NATS_SERVER), wrk and pgbench.";
+overrides), nats-server (/usr/sbin/nats-server or LECTERN_TEST_NATS_SERVER), wrk and pgbench;
+--replicas also PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup: the newest
+/usr/lib/postgresql/<version>/bin, or LECTERN_TEST_PG_BIN), run as the postgres system user
+(LECTERN_TEST_PG_USER) when the bench runs as root.";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scale {
@@ -69,6 +81,8 @@ pub struct Options {
     /// Another build's projector for the feed run's alternated drains; the `lectern-api`
     /// beside it migrates its databases.
     pub baseline_projector: Option<PathBuf>,
+    /// Measure reads from a streaming replica instead of the comparisons.
+    pub replicas: bool,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -89,6 +103,7 @@ impl Options {
         let mut projector_only = false;
         let mut feed = false;
         let mut baseline_projector = None;
+        let mut replicas = false;
         let mut build = true;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
@@ -113,6 +128,7 @@ impl Options {
                 "--projector-only" => projector_only = true,
                 "--feed" => feed = true,
                 "--baseline-projector" => baseline_projector = Some(PathBuf::from(value("--baseline-projector")?)),
+                "--replicas" => replicas = true,
                 "--no-build" => build = false,
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
@@ -123,6 +139,9 @@ impl Options {
         if feed && (soak_for.is_some() || projector_only) {
             return Err("--feed is a run of its own, not with --soak or --projector-only".to_owned());
         }
+        if replicas && (feed || soak_for.is_some() || projector_only) {
+            return Err("--replicas is a run of its own, not with --feed, --soak or --projector-only".to_owned());
+        }
         let (default_contacts, default_run, steady_for) = match scale {
             Scale::Full => (1_000_000, 10, 20),
             Scale::Small => (100_000, 5, 10),
@@ -131,10 +150,11 @@ impl Options {
             scale,
             contacts: contacts.unwrap_or(default_contacts),
             output: output.unwrap_or_else(|| {
-                PathBuf::from(match (soak_for.is_some(), feed) {
-                    (true, _) => "bench/soak.md",
-                    (false, true) => "bench/feed.md",
-                    (false, false) => "bench/results.md",
+                PathBuf::from(match (soak_for.is_some(), feed, replicas) {
+                    (true, _, _) => "bench/soak.md",
+                    (false, true, _) => "bench/feed.md",
+                    (false, false, true) => "bench/replicas.md",
+                    (false, false, false) => "bench/results.md",
                 })
             }),
             run_for: run_for.unwrap_or(Duration::from_secs(default_run)),
@@ -143,6 +163,7 @@ impl Options {
             projector_only,
             feed,
             baseline_projector,
+            replicas,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-bench -- {command_line}").trim_end().to_owned(),

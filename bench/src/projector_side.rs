@@ -12,7 +12,8 @@ use super::wal::WalMark;
 use super::{drain, latency, plain_sql, publish, Context, Result, Setup};
 use lectern_fixtures::generator::plan::Plan;
 
-const STEADY_RATE: u32 = 2_000;
+/// Events/s of the steady publish→visible measurement (also `--replicas`').
+pub const STEADY_RATE: u32 = 2_000;
 
 /// The projector looks for large workspaces every minute (its default) and builds an
 /// index of 200,000 rows in about 11 s on an idle machine here.
@@ -31,7 +32,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
 
     eprintln!("[2/5] lectern-projector draining the backlog into an empty read model");
     let drain_wal = WalMark::take(&database.pool).await?;
-    let mut projector = drain::start_projector(&setup.binaries.projector, &nats.url, database, &setup.work)?;
+    let mut projector = drain::start_projector(&setup.binaries.projector, &nats, database, &setup.work)?;
     let metrics = drain::metrics_address(&mut projector).await?;
     let drained = drain::drain(&mut projector, &metrics, &nats.url, published).await?;
     let drain_batches = drain::Batches::scrape(&metrics).await?;
@@ -55,7 +56,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         ("the bench (publisher and poller)", std::process::id()),
     ]);
     let steady_started = std::time::Instant::now();
-    let steady = latency::measure(plan, &nats.url, &database.pool, STEADY_RATE, setup.options.steady_for).await?;
+    let steady = latency::measure(plan, &nats.url, &database.pool, STEADY_RATE, setup.options.steady_for, 2).await?;
     let steady_batches = drain::Batches::scrape(&metrics).await?.since(drain_batches);
     let steady_wall = steady_started.elapsed();
     let steady_cpu = steady_cpu.describe();

@@ -15,6 +15,14 @@ pub struct Row {
     pub rss: String,
 }
 
+impl Row {
+    /// A row with nothing in any column: "–" where a figure does not apply.
+    pub fn dashes() -> Self {
+        let none = || "–".to_owned();
+        Self { scenario: none(), lectern: none(), baseline: none(), ratio: None, p50: none(), p99: none(), rss: none() }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Report {
     pub title: &'static str,

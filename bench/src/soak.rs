@@ -40,7 +40,7 @@ pub async fn measure(
     let nats = Nats::start(&setup.work).await?;
     let (published, _) = publish::backlog(plan, &nats.url).await?;
     eprintln!("[2/3] lectern-projector draining the backlog");
-    let mut projector = drain::start_projector(&setup.binaries.projector, &nats.url, database, &setup.work)?;
+    let mut projector = drain::start_projector(&setup.binaries.projector, &nats, database, &setup.work)?;
     let metrics = drain::metrics_address(&mut projector).await?;
     let drained = drain::drain(&mut projector, &metrics, &nats.url, published).await?;
     let published_before = published;
@@ -58,7 +58,7 @@ pub async fn measure(
     let started = Instant::now();
     let (http, published) = tokio::join!(
         load_wrk(setup, &api, &mixed, soak_for),
-        latency::publish_updates(plan, &nats.url, EVENTS_PER_SECOND, soak_for, |_| {}),
+        latency::publish_updates(plan, &nats.url, EVENTS_PER_SECOND, soak_for, 2, |_| {}),
     );
     let (http, published) = (http?, published?);
     let wall = started.elapsed();
