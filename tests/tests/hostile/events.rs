@@ -140,7 +140,6 @@ fn foreign_subjects(event: &ChangeEvent) -> Vec<String> {
     let (workspace, entity) = (event.workspace_id, event.entity_id);
     let mut subjects = vec![
         format!("changes.{workspace}.{other_segment}.{entity}"),
-        format!("changes.{entity}.{segment}.{workspace}"),
         format!("changes.{workspace}.{segment}.{entity}.x"),
         format!("changes.{workspace}.{segment}"),
         format!("CHANGES.{workspace}.{segment}.{entity}"),
@@ -151,7 +150,10 @@ fn foreign_subjects(event: &ChangeEvent) -> Vec<String> {
         format!("changes..{workspace}.{segment}.{entity}"),
         String::new(),
     ];
+    // With the same id for both (a mutation can make them equal), the swapped subject and
+    // this one are the event's own.
     if workspace != entity {
+        subjects.push(format!("changes.{entity}.{segment}.{workspace}"));
         subjects.push(format!("changes.{entity}.{segment}.{entity}"));
     }
     subjects
