@@ -77,18 +77,7 @@ struct Failed {
 
 impl Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut shown = self.source.to_string();
-        write!(f, "{}: {shown}", self.what)?;
-        let mut cause = self.source.source();
-        while let Some(error) = cause {
-            let text = error.to_string();
-            if !shown.contains(&text) {
-                write!(f, ": {text}")?;
-                shown.push_str(&text);
-            }
-            cause = error.source();
-        }
-        Ok(())
+        write!(f, "{}: {}", self.what, lectern_runtime::with_causes(self.source.as_ref()))
     }
 }
 

@@ -138,6 +138,11 @@ pub fn run_command<E: std::error::Error>(
 
 /// An error and its causes on one line, without repeating a cause already quoted.
 fn one_line(error: &dyn std::error::Error) -> String {
+    with_causes(error).replace('\n', " ")
+}
+
+/// `error`, then each of its sources after a colon, skipping one its text already quotes.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -148,7 +153,7 @@ fn one_line(error: &dyn std::error::Error) -> String {
         }
         source = cause.source();
     }
-    text.replace('\n', " ")
+    text
 }
 
 #[cfg(test)]

@@ -154,22 +154,7 @@ impl TestPostgres {
 /// Panics with `error` and every cause under it: the server's error says what was being
 /// done, its sources why.
 fn fail<T>(error: lectern_private_postgres::Error) -> T {
-    panic!("{}", with_causes(&error))
-}
-
-/// `error`, then each of its sources after a colon, skipping one already quoted.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    panic!("{}", lectern_runtime::with_causes(&error))
 }
 
 /// `duration` as a PostgreSQL time setting, in whole milliseconds.

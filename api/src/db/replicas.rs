@@ -219,12 +219,8 @@ pub struct Reads {
 }
 
 impl Reads {
-    /// The primary alone: every read goes to it, as before replicas existed.
-    pub fn primary_only(primary: ReadConnections) -> Arc<Self> {
-        Self::new(primary, Vec::new(), Duration::from_secs(5))
-    }
-
-    /// The primary alone, on connections like `pool`'s (for what reads beside a pool).
+    /// The primary alone, on connections like `pool`'s (for what reads beside a pool):
+    /// every read goes to it, as before replicas existed.
     pub fn beside(pool: &sqlx::PgPool) -> Arc<Self> {
         let settings = super::PoolSettings {
             max_connections: pool.options().get_max_connections(),
@@ -232,7 +228,11 @@ impl Reads {
             statement_timeout: Duration::from_secs(30),
             connections_per_workspace: pool.options().get_max_connections(),
         };
-        Self::primary_only(ReadConnections::new((*pool.connect_options()).clone(), &settings))
+        Self::new(
+            ReadConnections::new((*pool.connect_options()).clone(), &settings),
+            Vec::new(),
+            Duration::from_secs(5),
+        )
     }
 
     /// `replicas` as `(name, connections)`, out of the rotation until first sampled.
@@ -264,10 +264,6 @@ impl Reads {
     /// The primary's connections, for what must be fresh or is the service's own.
     pub fn primary(&self) -> &ReadConnections {
         &self.primary
-    }
-
-    pub fn has_replicas(&self) -> bool {
-        !self.replicas.is_empty()
     }
 
     /// Closes every idle connection, the primary's and the replicas'; for shutdown.

@@ -129,10 +129,6 @@ fn wal_position(lsn: &str) -> WalPosition {
     (high << 32) | low
 }
 
-fn names(reply: &Reply) -> Vec<String> {
-    reply.names()
-}
-
 /// The rule: while the replica is within its allowed lag and has replayed what a read
 /// needs, the read is served there, not by the primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +139,7 @@ async fn reads_are_served_by_a_replica_that_has_replayed_what_they_need() {
     let before = replicated.standby_scans().await;
     let page = app.get(&replicated.key, "/v1/contacts?limit=2&sort=name").await;
     page.assert_ok();
-    assert_eq!(names(&page), ["Contact 00", "Contact 01"]);
+    assert_eq!(page.names(), ["Contact 00", "Contact 01"]);
     let retrieve = app.get(&replicated.key, &format!("/v1/contacts/{}", replicated.contacts[2].id)).await;
     retrieve.assert_ok();
     assert!(replicated.standby_served_since(before).await, "the standby served no read");
@@ -161,7 +157,7 @@ async fn an_announced_archive_is_not_served_again_from_a_lagging_replica() {
     let first_page = "/v1/contacts?limit=3&sort=name";
     for _ in 0..2 {
         let page = app.get(&replicated.key, first_page).await;
-        assert_eq!(names(&page), ["Contact 00", "Contact 01", "Contact 02"], "before the archive");
+        assert_eq!(page.names(), ["Contact 00", "Contact 01", "Contact 02"], "before the archive");
     }
     let archived = &replicated.contacts[1];
     let retrieve = format!("/v1/contacts/{}", archived.id);
@@ -172,16 +168,16 @@ async fn an_announced_archive_is_not_served_again_from_a_lagging_replica() {
     let written = Instant::now();
     loop {
         let page = app.get(&replicated.key, first_page).await;
-        if !names(&page).contains(&archived.name) {
+        if !page.names().contains(&archived.name) {
             break;
         }
-        assert!(written.elapsed() < ANNOUNCED_WITHIN, "the archived contact was still served: {:?}", names(&page));
+        assert!(written.elapsed() < ANNOUNCED_WITHIN, "the archived contact was still served: {:?}", page.names());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
         let page = app.get(&replicated.key, first_page).await;
-        assert_eq!(names(&page), ["Contact 00", "Contact 02", "Contact 03"], "the archive was taken back");
+        assert_eq!(page.names(), ["Contact 00", "Contact 02", "Contact 03"], "the archive was taken back");
         app.get(&replicated.key, &retrieve).await.assert_error(404, "NOT_FOUND");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -275,7 +271,7 @@ async fn a_later_page_is_never_read_from_a_replica_behind_the_page_before() {
     let first_page = "/v1/contacts?limit=2&sort=name";
     let page_one = loop {
         let page = first.get(&replicated.key, first_page).await;
-        if !names(&page).contains(&on_page_one.name) {
+        if !page.names().contains(&on_page_one.name) {
             break page;
         }
         assert!(written.elapsed() < ANNOUNCED_WITHIN, "the first process never showed the archive");
@@ -301,10 +297,10 @@ async fn a_later_page_is_never_read_from_a_replica_behind_the_page_before() {
     drop(deaf);
 
     assert!(
-        !names(&page_two).contains(&on_page_two.name),
+        !page_two.names().contains(&on_page_two.name),
         "page 2 showed a contact archived before page 1 was read: {:?} after {:?}",
-        names(&page_two),
-        names(&page_one)
+        page_two.names(),
+        page_one.names()
     );
     let ids = |reply: &Reply| reply.data().iter().map(|entry| entry["id"].clone()).collect::<Vec<_>>();
     assert_eq!(ids(&from_first), [Value::from(replicated.contacts[0].id.to_string())]);
