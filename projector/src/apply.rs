@@ -97,8 +97,14 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) ->
 async fn write_in_one_statement(pool: &PgPool, events: &[Decoded<'_>]) -> Result<(), sqlx::Error> {
     let (contacts, items) = newest_by_record(events.iter().map(|(_, event)| event));
     match (contacts.is_empty(), items.is_empty()) {
-        (false, true) => upsert_contacts(&mut *pool.acquire().await?, &contacts, Commit::OnItsOwnBeforeFlush).await,
-        (true, false) => upsert_items(&mut *pool.acquire().await?, &items, Commit::OnItsOwnBeforeFlush).await,
+        (false, true) => {
+            let connection = &mut *pool.acquire().await?;
+            upsert_contacts(connection, &contacts, Commit::OnItsOwnBeforeFlush, contacts::TABLE).await
+        }
+        (true, false) => {
+            let connection = &mut *pool.acquire().await?;
+            upsert_items(connection, &items, Commit::OnItsOwnBeforeFlush, items::TABLE).await
+        }
         (false, false) => write_in_a_transaction(pool, events, &[], CommitMode::BeforeFlush).await,
         (true, true) => Ok(()),
     }
@@ -148,17 +154,40 @@ async fn apply_one_by_one<'a>(
     Ok(Applied { events: applied.len(), dead_letters: refused.len() })
 }
 
+/// Which tables events are written to: the live read model's, or a model of the same
+/// columns built beside it (by `verify` and `rebuild`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tables<'a> {
+    pub contacts: &'a str,
+    pub items: &'a str,
+}
+
+impl Tables<'static> {
+    /// The read model the API serves.
+    pub const LIVE: Self = Self { contacts: contacts::TABLE, items: items::TABLE };
+}
+
 /// Writes the newest event of each record, inside the caller's transaction.
 pub async fn write_events<'e>(
     connection: &mut PgConnection,
     events: impl Iterator<Item = &'e ChangeEvent>,
 ) -> Result<(), sqlx::Error> {
+    write_events_into(connection, events, Tables::LIVE).await
+}
+
+/// Writes the newest event of each record into `tables`, on `connection` (in the
+/// caller's transaction, if it has one), guarded by version as the live writes are.
+pub async fn write_events_into<'e>(
+    connection: &mut PgConnection,
+    events: impl Iterator<Item = &'e ChangeEvent>,
+    tables: Tables<'_>,
+) -> Result<(), sqlx::Error> {
     let (contacts, items) = newest_by_record(events);
     if !contacts.is_empty() {
-        upsert_contacts(connection, &contacts, Commit::WithTheTransaction).await?;
+        upsert_contacts(connection, &contacts, Commit::WithTheTransaction, tables.contacts).await?;
     }
     if !items.is_empty() {
-        upsert_items(connection, &items, Commit::WithTheTransaction).await?;
+        upsert_items(connection, &items, Commit::WithTheTransaction, tables.items).await?;
     }
     Ok(())
 }
@@ -199,6 +228,7 @@ async fn upsert_contacts(
     connection: &mut PgConnection,
     events: &[&ChangeEvent],
     commit: Commit,
+    table: &str,
 ) -> Result<(), sqlx::Error> {
     let mut batch = contacts::Batch::default();
     for event in events {
@@ -208,13 +238,14 @@ async fn upsert_contacts(
         };
         batch.push(key(event), data);
     }
-    batch.write(connection, commit).await
+    batch.write_to(connection, table, commit).await
 }
 
 async fn upsert_items(
     connection: &mut PgConnection,
     events: &[&ChangeEvent],
     commit: Commit,
+    table: &str,
 ) -> Result<(), sqlx::Error> {
     let mut batch = items::Batch::default();
     for event in events {
@@ -224,5 +255,5 @@ async fn upsert_items(
         };
         batch.push(key(event), data);
     }
-    batch.write(connection, commit).await
+    batch.write_to(connection, table, commit).await
 }

@@ -15,6 +15,7 @@ use crate::error::ProjectorError;
 use crate::operations;
 use crate::stream::{self, ensure_consumer, ensure_stream};
 use crate::stuck;
+use crate::verify::{self, VerifyOptions};
 use crate::workspace_indexes::OwnIndexSettings;
 use lectern_runtime::server::OperationsServer;
 
@@ -30,8 +31,11 @@ struct Cli {
 enum Command {
     /// Consume change events into the read model until SIGTERM or Ctrl-C.
     Run(RunArgs),
-    /// Stream position, consumer progress, lag and dead letters.
+    /// Stream position, consumer progress, lag, dead letters and the last verify.
     Status(StatusArgs),
+    /// Compare the read model with the stream; exit 0 when they agree, 1 on drift, 2
+    /// when it cannot tell.
+    Verify(VerifyArgs),
     /// Inspect and retry messages that broke the contract.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
@@ -118,6 +122,25 @@ struct StatusArgs {
     output: Output,
 }
 
+#[derive(Debug, Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// Only this workspace's records.
+    #[arg(long)]
+    workspace: Option<uuid::Uuid>,
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+    /// Drifted records described column by column (all are counted).
+    #[arg(long, default_value_t = 20)]
+    show: usize,
+    /// Seconds to wait for the projectors to apply the events the verify read.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    wait_for_projector: u64,
+}
+
 #[derive(Debug, Subcommand)]
 enum DeadLettersCommand {
     /// List dead letters.
@@ -151,7 +174,11 @@ struct PublishArgs {
 pub fn main() -> ExitCode {
     let cli: Cli = lectern_runtime::parse_args();
     init_logging();
-    lectern_runtime::run_command(run(cli.command))
+    match cli.command {
+        // Its exit code says what it found; one it could not look with is "cannot tell".
+        Command::Verify(args) => lectern_runtime::run_command_exiting(verify(args), ExitCode::from(2)),
+        command => lectern_runtime::run_command(run(command)),
+    }
 }
 
 fn init_logging() {
@@ -162,6 +189,7 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
     match command {
         Command::Run(args) => run_projector(args).await,
         Command::Status(args) => status(args).await,
+        Command::Verify(args) => verify(args).await.map(drop),
         Command::DeadLetters(DeadLettersCommand::List { database, output }) => {
             let letters = dead_letters::list(&connect(&database).await?).await?;
             match output {
@@ -229,6 +257,7 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         operations::before_scrape(batches.clone()),
         async move { stopped.cancelled().await },
     ));
+    tokio::spawn(export_last_verification(pool.clone(), shutdown.clone()));
     let settings = RunSettings {
         batch_size: usize::from(args.batch_size),
         concurrent_batches: usize::from(args.concurrent_batches),
@@ -245,6 +274,25 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         tracing::warn!(%error, "the operations listener stopped with an error");
     }
     consumed
+}
+
+/// How often the running projector reads the last verify for its metrics.
+const LAST_VERIFICATION_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Exports the last verify recorded (by whichever process ran it) as metrics, until
+/// `shutdown`.
+async fn export_last_verification(pool: PgPool, shutdown: CancellationToken) {
+    loop {
+        match verify::report::last(&pool).await {
+            Ok(Some(last)) => crate::metrics::record_last_verification(&last),
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, "reading the last verify for the metrics"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(LAST_VERIFICATION_EVERY) => {}
+        }
+    }
 }
 
 /// Cancels `token` on Ctrl-C or SIGTERM.
@@ -271,6 +319,21 @@ async fn cancel_on_signal(token: CancellationToken) {
     token.cancel();
 }
 
+async fn verify(args: VerifyArgs) -> Result<ExitCode, ProjectorError> {
+    let client = stream::connect_once(&args.nats.nats_url).await?;
+    let options = VerifyOptions {
+        workspace: args.workspace,
+        show: args.show,
+        wait_for_projector: std::time::Duration::from_secs(args.wait_for_projector),
+    };
+    let verdict = verify::verify(client, &args.database.database_url, &options).await?;
+    match args.output {
+        Output::Json => write_stdout(&format!("{}\n", to_json(&verdict)?))?,
+        Output::Text => write_stdout(&verify::report::text(&verdict))?,
+    }
+    Ok(ExitCode::from(verdict.outcome.exit_code()))
+}
+
 async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
     let client = stream::connect_once(&args.nats.nats_url).await?;
     let jetstream = jetstream::new(client);
@@ -280,7 +343,9 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
         stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
     let info = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
     let stuck = stuck::reported(&jetstream).await?;
-    let dead = dead_letters::count(&connect(&args.database).await?).await?;
+    let pool = connect(&args.database).await?;
+    let dead = dead_letters::count(&pool).await?;
+    let last_verify = verify::report::last(&pool).await?;
     let status = serde_json::json!({
         "stream": stream::STREAM,
         "consumer": stream::CONSUMER,
@@ -290,11 +355,12 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
         "unacknowledged": info.num_ack_pending,
         "deadLetters": dead,
         "stuckBatches": stuck,
+        "lastVerify": last_verify,
     });
     match args.output {
         Output::Json => write_stdout(&format!("{status}\n")),
         Output::Text => write_stdout(&format!(
-            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}",
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}{}\n",
             stream::STREAM,
             last_sequence,
             stream::CONSUMER,
@@ -303,7 +369,8 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
             info.num_ack_pending,
             dead,
             stuck.len(),
-            stuck.iter().map(describe_stuck).collect::<String>()
+            stuck.iter().map(describe_stuck).collect::<String>(),
+            last_verify.map_or_else(|| "no verify recorded".to_owned(), |last| last.describe())
         )),
     }
 }

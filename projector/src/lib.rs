@@ -8,7 +8,7 @@
 //! what follows. Any number of projectors can share the consumer.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`run`, `status`, `dead-letters`, `publish`, `healthcheck`).
+//! - [`cli`]: the command line (`run`, `status`, `verify`, `dead-letters`, `publish`, `healthcheck`).
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`pull`]: one pull from the consumer, and when to stop waiting for it.
@@ -19,6 +19,9 @@
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
 //! - [`dead_letters`]: storing dead letters whatever their bytes, listing and retrying them.
+//! - [`history`]: the stream read from its first event, once its history is known whole.
+//! - [`verify`]: the read model against the stream (`verify`).
+//! - [`progress`]: a long command's progress, on a terminal or in its log.
 //! - [`error`]: the crate's error type.
 //! - [`metrics`]: what the projector counts and times.
 //! - [`operations`]: readiness, and the operations listener's wiring.
@@ -29,11 +32,14 @@ pub mod consumer;
 pub mod dead_letters;
 pub mod durable_acks;
 pub mod error;
+pub mod history;
 pub mod in_hand;
 pub mod metrics;
 pub mod operations;
 pub mod pending_lists;
+pub mod progress;
 pub mod pull;
 pub mod stream;
 pub mod stuck;
+pub mod verify;
 pub mod workspace_indexes;

@@ -17,6 +17,9 @@ pub mod names {
     pub const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
     pub const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
     pub const STUCK_BATCHES: &str = "lectern_projector_batches_stuck";
+    pub const LAST_VERIFY_TIME: &str = "lectern_projector_last_verify_timestamp_seconds";
+    pub const LAST_VERIFY_DRIFTED: &str = "lectern_projector_last_verify_drifted_records";
+    pub const LAST_VERIFY_OUTCOME: &str = "lectern_projector_last_verify_outcome";
 }
 
 /// Counts a committed batch: applied events by type (`contact.created`, …), dead
@@ -69,6 +72,17 @@ pub fn record_handed_back(messages: usize) {
 /// waiting that the consumer's lag does not count.
 pub fn record_stuck_batches(batches: usize) {
     metrics::gauge!(names::STUCK_BATCHES).set(batches as f64);
+}
+
+/// The last `verify` recorded (any process's): when it finished, how many records had
+/// drifted, and its outcome as a 1 among the three outcomes' gauges.
+pub fn record_last_verification(last: &crate::verify::report::LastVerification) {
+    metrics::gauge!(names::LAST_VERIFY_TIME).set(last.finished_at.timestamp_millis() as f64 / 1000.0);
+    metrics::gauge!(names::LAST_VERIFY_DRIFTED).set(last.drifted as f64);
+    for outcome in ["agreed", "drifted", "undecided"] {
+        metrics::gauge!(names::LAST_VERIFY_OUTCOME, "outcome" => outcome)
+            .set(f64::from(u8::from(last.outcome == outcome)));
+    }
 }
 
 /// `changes.<workspace>.<entity>.<id>` → `<entity>`, bounded to the two known entities

@@ -161,7 +161,18 @@ impl Batch {
 
     /// Writes every row in one statement on `connection`, committed as `commit` says.
     pub async fn write(&self, connection: &mut PgConnection, commit: Commit) -> Result<(), sqlx::Error> {
-        let sql = upsert_sql(TABLE, DATA_COLUMNS, commit);
+        self.write_to(connection, TABLE, commit).await
+    }
+
+    /// Writes every row into `table`, a table of [`TABLE`]'s columns (a model built
+    /// beside the live one: `verify`'s, `rebuild`'s), as [`Batch::write`] does.
+    pub async fn write_to(
+        &self,
+        connection: &mut PgConnection,
+        table: &str,
+        commit: Commit,
+    ) -> Result<(), sqlx::Error> {
+        let sql = upsert_sql(table, DATA_COLUMNS, commit);
         self.keys
             .bound(&sql)
             .bind(&self.name)

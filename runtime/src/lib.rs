@@ -120,18 +120,28 @@ fn environment_twin<T: clap::CommandFactory>(invalid_arg: &str) -> Option<String
 pub fn run_command<E: std::error::Error>(
     work: impl std::future::Future<Output = Result<(), E>>,
 ) -> std::process::ExitCode {
+    run_command_exiting(async { work.await.map(|()| std::process::ExitCode::SUCCESS) }, std::process::ExitCode::FAILURE)
+}
+
+/// Runs a command that chooses its own exit code; a failure is printed as
+/// [`run_command`] prints it, and exits `on_error` (a command whose codes say what it
+/// found exits "could not tell" when it could not look).
+pub fn run_command_exiting<E: std::error::Error>(
+    work: impl std::future::Future<Output = Result<std::process::ExitCode, E>>,
+    on_error: std::process::ExitCode,
+) -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: starting the async runtime: {error}");
-            return std::process::ExitCode::FAILURE;
+            return on_error;
         }
     };
     match runtime.block_on(work) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             eprintln!("error: {}", one_line(&error));
-            std::process::ExitCode::FAILURE
+            on_error
         }
     }
 }

@@ -19,4 +19,5 @@ mod pending_lists;
 mod process;
 mod redelivery;
 mod stuck_batches;
+mod verify;
 mod workspace_indexes;
