@@ -43,6 +43,7 @@ pub mod replicas;
 pub mod report;
 pub mod scenarios;
 pub mod soak;
+pub mod verify;
 pub mod wal;
 
 use std::fmt::Display;
@@ -185,6 +186,9 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         (Some(_), _, _) => report::Report::new("Lectern soak", "Targets (issue 6)"),
         (None, true, _) => report::Report::new("Lectern changes feed benchmark", "Targets (changes feed)"),
         (None, false, Some(_)) => report::Report::new("Lectern on a streaming replica", "Targets (issue 27)"),
+        (None, false, None) if setup.options.verify => {
+            report::Report::new("Lectern's read model checked against the stream", "Targets (issue 28)")
+        }
         (None, false, None) => report::Report::new("Lectern benchmark", "Targets (issue 7)"),
     };
     let server = match &primary {
@@ -212,6 +216,7 @@ async fn measure(setup: &Setup) -> Result<report::Report> {
         (Some(soak_for), _) => soak::measure(setup, &plan, &database, soak_for, &mut report).await?,
         (None, Some(primary)) => replicas::measure(setup, &plan, &database, primary, &mut report).await?,
         (None, None) if setup.options.feed => feed::measure(setup, &plan, &database, &mut report).await?,
+        (None, None) if setup.options.verify => verify::measure(setup, &plan, &database, &mut report).await?,
         (None, None) => {
             projector_side::measure(setup, &plan, &database, &mut report).await?;
             if !setup.options.projector_only {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -35,6 +35,10 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      publish→visible through each one's feed; and the projector's drain from a
                      three-node NATS cluster at R3 against a single node (default output
                      bench/replicas.md)
+  --verify           instead of the comparisons, the read model checked against the stream
+                     (issue 28): the backlog drained by the projector, then `lectern-projector
+                     verify` run twice over the same history; its rate against the drain's
+                     (default output bench/verify.md)
   --keep             keep the benchmark databases and the work directory (with --replicas, the
                      private servers' directories, stopped)
   --no-build         use target/release/lectern-{api,projector} as they are (by default
@@ -83,6 +87,8 @@ pub struct Options {
     pub baseline_projector: Option<PathBuf>,
     /// Measure reads from a streaming replica instead of the comparisons.
     pub replicas: bool,
+    /// Measure `lectern-projector verify` instead of the comparisons.
+    pub verify: bool,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -104,6 +110,7 @@ impl Options {
         let mut feed = false;
         let mut baseline_projector = None;
         let mut replicas = false;
+        let mut verify = false;
         let mut build = true;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
@@ -129,6 +136,7 @@ impl Options {
                 "--feed" => feed = true,
                 "--baseline-projector" => baseline_projector = Some(PathBuf::from(value("--baseline-projector")?)),
                 "--replicas" => replicas = true,
+                "--verify" => verify = true,
                 "--no-build" => build = false,
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
@@ -142,6 +150,11 @@ impl Options {
         if replicas && (feed || soak_for.is_some() || projector_only) {
             return Err("--replicas is a run of its own, not with --feed, --soak or --projector-only".to_owned());
         }
+        if verify && (feed || replicas || soak_for.is_some() || projector_only) {
+            return Err(
+                "--verify is a run of its own, not with --feed, --replicas, --soak or --projector-only".to_owned()
+            );
+        }
         let (default_contacts, default_run, steady_for) = match scale {
             Scale::Full => (1_000_000, 10, 20),
             Scale::Small => (100_000, 5, 10),
@@ -150,11 +163,12 @@ impl Options {
             scale,
             contacts: contacts.unwrap_or(default_contacts),
             output: output.unwrap_or_else(|| {
-                PathBuf::from(match (soak_for.is_some(), feed, replicas) {
-                    (true, _, _) => "bench/soak.md",
-                    (false, true, _) => "bench/feed.md",
-                    (false, false, true) => "bench/replicas.md",
-                    (false, false, false) => "bench/results.md",
+                PathBuf::from(match (soak_for.is_some(), feed, replicas, verify) {
+                    (true, ..) => "bench/soak.md",
+                    (false, true, ..) => "bench/feed.md",
+                    (false, false, true, _) => "bench/replicas.md",
+                    (false, false, false, true) => "bench/verify.md",
+                    (false, false, false, false) => "bench/results.md",
                 })
             }),
             run_for: run_for.unwrap_or(Duration::from_secs(default_run)),
@@ -164,6 +178,7 @@ impl Options {
             feed,
             baseline_projector,
             replicas,
+            verify,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-bench -- {command_line}").trim_end().to_owned(),
