@@ -36,6 +36,9 @@ enum Command {
     /// Compare the read model with the stream; exit 0 when they agree, 1 on drift, 2
     /// when it cannot tell.
     Verify(VerifyArgs),
+    /// Build the read model again from the stream beside the live one, then fold it in:
+    /// only the records that differ change (and reach the changes feed). Resumable.
+    Rebuild(RebuildArgs),
     /// Inspect and retry messages that broke the contract.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
@@ -141,6 +144,16 @@ struct VerifyArgs {
     wait_for_projector: u64,
 }
 
+#[derive(Debug, Args)]
+struct RebuildArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    #[command(flatten)]
+    database: DatabaseArgs,
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+}
+
 #[derive(Debug, Subcommand)]
 enum DeadLettersCommand {
     /// List dead letters.
@@ -190,6 +203,7 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
         Command::Run(args) => run_projector(args).await,
         Command::Status(args) => status(args).await,
         Command::Verify(args) => verify(args).await.map(drop),
+        Command::Rebuild(args) => rebuild(args).await,
         Command::DeadLetters(DeadLettersCommand::List { database, output }) => {
             let letters = dead_letters::list(&connect(&database).await?).await?;
             match output {
@@ -332,6 +346,30 @@ async fn verify(args: VerifyArgs) -> Result<ExitCode, ProjectorError> {
         Output::Text => write_stdout(&verify::report::text(&verdict))?,
     }
     Ok(ExitCode::from(verdict.outcome.exit_code()))
+}
+
+async fn rebuild(args: RebuildArgs) -> Result<(), ProjectorError> {
+    let client = stream::connect_once(&args.nats.nats_url).await?;
+    let rebuilt = crate::rebuild::rebuild(client, &args.database.database_url).await?;
+    match args.output {
+        Output::Json => write_stdout(&format!("{}\n", to_json(&rebuilt)?)),
+        Output::Text => write_stdout(&format!(
+            "rebuild: folded in through stream sequence {} ({} event(s) read{}, {} set aside): {} record(s) \
+             corrected, {} removed; built in {:.1} s, the swap held writers for {:.3} s\n",
+            rebuilt.through_sequence,
+            rebuilt.events_read,
+            if rebuilt.resumed_from > 0 {
+                format!(", resumed after sequence {}", rebuilt.resumed_from)
+            } else {
+                String::new()
+            },
+            rebuilt.events_set_aside,
+            rebuilt.folded.corrected,
+            rebuilt.folded.removed,
+            rebuilt.build_seconds,
+            rebuilt.swap_seconds
+        )),
+    }
 }
 
 async fn status(args: StatusArgs) -> Result<(), ProjectorError> {

@@ -8,7 +8,7 @@
 //! what follows. Any number of projectors can share the consumer.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`run`, `status`, `verify`, `dead-letters`, `publish`, `healthcheck`).
+//! - [`cli`]: the command line (`run`, `status`, `verify`, `rebuild`, `dead-letters`, `publish`, `healthcheck`).
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`consumer`]: the run loop: fetch, apply, ack; retries; graceful shutdown.
 //! - [`pull`]: one pull from the consumer, and when to stop waiting for it.
@@ -21,6 +21,7 @@
 //! - [`dead_letters`]: storing dead letters whatever their bytes, listing and retrying them.
 //! - [`history`]: the stream read from its first event, once its history is known whole.
 //! - [`verify`]: the read model against the stream (`verify`).
+//! - [`rebuild`]: the read model built again from the stream and folded in (`rebuild`).
 //! - [`progress`]: a long command's progress, on a terminal or in its log.
 //! - [`error`]: the crate's error type.
 //! - [`metrics`]: what the projector counts and times.
@@ -39,6 +40,7 @@ pub mod operations;
 pub mod pending_lists;
 pub mod progress;
 pub mod pull;
+pub mod rebuild;
 pub mod stream;
 pub mod stuck;
 pub mod verify;

@@ -73,6 +73,8 @@ pub struct Difference {
     pub id: Uuid,
     pub expected_version: Option<i64>,
     pub stored_version: Option<i64>,
+    /// Whether the stored row is served (status active).
+    pub stored_active: bool,
 }
 
 /// What one look found: the records per (workspace, resource), and every difference.
@@ -101,7 +103,8 @@ fn resources(tables: Tables<'_>) -> [(&'static str, &str, Vec<&'static str>); 2]
 fn differing_sql(resource: &str, expected: &str, compared: &[&str]) -> String {
     let tuple = |alias: &str| compared.iter().map(|column| format!("{alias}.{column}")).collect::<Vec<_>>().join(", ");
     format!(
-        "select coalesce(e.workspace_id, l.workspace_id), coalesce(e.id, l.id), e.version, l.version \
+        "select coalesce(e.workspace_id, l.workspace_id), coalesce(e.id, l.id), e.version, l.version, \
+                coalesce(l.status = 'active', false) \
          from (select * from {expected} where $1::uuid is null or workspace_id = $1) as e \
          full join (select * from {resource} where $1::uuid is null or workspace_id = $1) as l \
          on l.workspace_id = e.workspace_id and l.id = e.id \
@@ -130,10 +133,12 @@ pub async fn differences(
             differences.records.insert((workspace_id, resource), records.unsigned_abs());
         }
         let sql = differing_sql(resource, expected, &compared);
-        let mut rows =
-            sqlx::query_as::<_, (Uuid, Uuid, Option<i64>, Option<i64>)>(&sql).bind(workspace).fetch(&mut *connection);
-        while let Some((workspace_id, id, expected_version, stored_version)) = rows.try_next().await? {
-            differences.found.push(Difference { resource, workspace_id, id, expected_version, stored_version });
+        let mut rows = sqlx::query_as::<_, (Uuid, Uuid, Option<i64>, Option<i64>, bool)>(&sql)
+            .bind(workspace)
+            .fetch(&mut *connection);
+        while let Some((workspace_id, id, expected_version, stored_version, stored_active)) = rows.try_next().await? {
+            let difference = Difference { resource, workspace_id, id, expected_version, stored_version, stored_active };
+            differences.found.push(difference);
         }
     }
     Ok(differences)
@@ -156,8 +161,9 @@ pub async fn conclude(
     for difference in differences.found {
         let counts = comparison.counts.entry((difference.workspace_id, difference.resource)).or_default();
         match classify(&difference, written_since) {
-            None => counts.written_since += 1,
-            Some(kind) => {
+            Classified::WrittenSince => counts.written_since += 1,
+            Classified::RemovedUnknown => {}
+            Classified::Drift(kind) => {
                 counts.drifted += 1;
                 if shown.len() < show {
                     shown.push((difference, kind));
@@ -188,17 +194,27 @@ async fn rows_of(
     Ok(sqlx::query_as(&sql).bind(difference.workspace_id).bind(difference.id).fetch_one(&mut *connection).await?)
 }
 
-/// How a record differs, or `None` when its row is one an event after the verified
-/// history wrote.
-fn classify(difference: &Difference, written_since: &WrittenSince) -> Option<DriftKind> {
-    let Difference { resource, workspace_id, id, expected_version, stored_version } = *difference;
+/// What a difference is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Classified {
+    /// The row is one an event after the verified history wrote.
+    WrittenSince,
+    /// A removed row of a record the stream does not know (a rebuild leaves one where it
+    /// removed a row no event wrote): readers see what they would without it.
+    RemovedUnknown,
+    Drift(DriftKind),
+}
+
+fn classify(difference: &Difference, written_since: &WrittenSince) -> Classified {
+    let Difference { resource, workspace_id, id, expected_version, stored_version, stored_active } = *difference;
     if let Some(stored) = stored_version {
         if written_since.contains(&(resource, workspace_id, id, stored)) {
-            return None;
+            return Classified::WrittenSince;
         }
     }
-    Some(match (expected_version, stored_version) {
+    Classified::Drift(match (expected_version, stored_version) {
         (Some(_), None) => DriftKind::Missing,
+        (None, _) if !stored_active => return Classified::RemovedUnknown,
         (None, _) => DriftKind::Unexpected,
         (Some(expected), Some(stored)) if stored < expected => DriftKind::Behind,
         (Some(expected), Some(stored)) if stored > expected => DriftKind::Ahead,
@@ -226,15 +242,33 @@ mod tests {
         let (workspace_id, id) = (Uuid::new_v4(), Uuid::new_v4());
         let since: WrittenSince = [("contacts", workspace_id, id, 3)].into_iter().collect();
         let classified = |resource, expected_version, stored_version| {
-            classify(&Difference { resource, workspace_id, id, expected_version, stored_version }, &since)
+            let difference =
+                Difference { resource, workspace_id, id, expected_version, stored_version, stored_active: true };
+            classify(&difference, &since)
         };
-        assert_eq!(classified("contacts", Some(2), Some(3)), None, "updated after the verified history");
-        assert_eq!(classified("contacts", None, Some(3)), None, "created after the verified history");
-        assert_eq!(classified("contacts", Some(2), Some(4)), Some(DriftKind::Ahead), "no event wrote version 4");
-        assert_eq!(classified("contacts", Some(3), Some(2)), Some(DriftKind::Behind));
-        assert_eq!(classified("contacts", Some(3), None), Some(DriftKind::Missing));
-        assert_eq!(classified("contacts", Some(5), Some(5)), Some(DriftKind::Changed));
-        assert_eq!(classified("items", None, Some(3)), Some(DriftKind::Unexpected), "another resource's event");
+        let drift = Classified::Drift;
+        assert_eq!(classified("contacts", Some(2), Some(3)), Classified::WrittenSince, "updated since");
+        assert_eq!(classified("contacts", None, Some(3)), Classified::WrittenSince, "created since");
+        assert_eq!(classified("contacts", Some(2), Some(4)), drift(DriftKind::Ahead), "no event wrote version 4");
+        assert_eq!(classified("contacts", Some(3), Some(2)), drift(DriftKind::Behind));
+        assert_eq!(classified("contacts", Some(3), None), drift(DriftKind::Missing));
+        assert_eq!(classified("contacts", Some(5), Some(5)), drift(DriftKind::Changed));
+        assert_eq!(classified("items", None, Some(3)), drift(DriftKind::Unexpected), "another resource's event");
+    }
+
+    #[test]
+    fn a_removed_row_no_event_wrote_is_not_drift_but_a_served_one_is() {
+        let (workspace_id, id) = (Uuid::new_v4(), Uuid::new_v4());
+        let unknown = |stored_active| Difference {
+            resource: "contacts",
+            workspace_id,
+            id,
+            expected_version: None,
+            stored_version: Some(1),
+            stored_active,
+        };
+        assert_eq!(classify(&unknown(false), &WrittenSince::new()), Classified::RemovedUnknown);
+        assert_eq!(classify(&unknown(true), &WrittenSince::new()), Classified::Drift(DriftKind::Unexpected));
     }
 
     #[test]

@@ -5,11 +5,11 @@
 
 use std::collections::HashSet;
 
-use lectern_schema::events::ChangeEvent;
 use sqlx::{Connection, PgConnection};
 
 use crate::apply::{write_events_into, Received, Tables};
 use crate::error::{is_transient_database_error, ProjectorError};
+use crate::history::{applied_events, dead_letter_sequences};
 
 /// The temporary tables, one per live table.
 pub const TABLES: Tables<'static> = Tables { contacts: "verify_contacts", items: "verify_items" };
@@ -46,25 +46,13 @@ impl Expected {
             .execute(&mut connection)
             .await?;
         }
-        let dead_letters: Vec<i64> =
-            sqlx::query_scalar("select stream_sequence from dead_letters").fetch_all(&mut connection).await?;
-        Ok(Self { connection, dead_letters: dead_letters.into_iter().collect(), applied: 0, set_aside: 0, refused: 0 })
+        let dead_letters = dead_letter_sequences(&mut connection).await?;
+        Ok(Self { connection, dead_letters, applied: 0, set_aside: 0, refused: 0 })
     }
 
     /// Writes `batch`'s valid events, except dead letters.
     pub async fn write(&mut self, batch: &[Received]) -> Result<(), ProjectorError> {
-        let mut events = Vec::with_capacity(batch.len());
-        for message in batch {
-            let sequence = i64::try_from(message.stream_sequence).unwrap_or(i64::MAX);
-            if self.dead_letters.contains(&sequence) {
-                self.set_aside += 1;
-                continue;
-            }
-            match ChangeEvent::decode_from(&message.subject, &message.payload) {
-                Ok(event) => events.push(event),
-                Err(_) => self.set_aside += 1,
-            }
-        }
+        let events = applied_events(batch, &self.dead_letters, &mut self.set_aside);
         match write_events_into(&mut self.connection, events.iter(), TABLES).await {
             Ok(()) => self.applied += events.len() as u64,
             Err(error) if is_transient_database_error(&error) => return Err(error.into()),

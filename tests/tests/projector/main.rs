@@ -17,6 +17,7 @@ mod feed_convergence;
 mod operations;
 mod pending_lists;
 mod process;
+mod rebuild;
 mod redelivery;
 mod stuck_batches;
 mod verify;

@@ -1,0 +1,171 @@
+//! `lectern-projector rebuild`: a complete read model built again from the stream beside
+//! the live one, then folded into it.
+//!
+//! 1. One rebuild at a time: a session advisory lock, held to the end.
+//! 2. The stream must hold its whole history ([`crate::history::whole_history`]).
+//! 3. The shadow tables ([`shadow`]) are filled from the stream's first event while the
+//!    API serves the live tables and the projectors keep writing them; each batch moves
+//!    the recorded position in the same transaction, so a rebuild killed at any point
+//!    resumes where it stopped, and the live tables are untouched until step 5.
+//! 4. Catching up: the events published meanwhile, until few are left.
+//! 5. One transaction ([`swap`]): the live tables are locked against other writers (never
+//!    against readers), the last events are read into the shadow, every shadow row that
+//!    differs from its live row is written to the live table (and so takes a new position
+//!    in the changes feed; rows that agree keep theirs), served rows no event wrote become
+//!    removals, and the shadow tables are dropped.
+//!
+//! Dead letters are read, not written: events the projector set aside stay aside.
+//!
+//! # Layout
+//! - [`shadow`]: the shadow tables and their position.
+//! - [`swap`]: folding the shadow model into the live one.
+
+pub mod shadow;
+pub mod swap;
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use serde::Serialize;
+use sqlx::{Connection, PgConnection};
+
+use crate::error::ProjectorError;
+use crate::history::{dead_letter_sequences, read_through, subjects, whole_history, Reading};
+use crate::progress::Progress;
+use crate::stream::STREAM;
+use shadow::Start;
+use swap::Folded;
+
+/// The advisory lock a rebuild holds (any number both sides agree on).
+pub const REBUILD_LOCK: i64 = 0x6c65_6374_6572_6e31;
+/// Catching up stops when fewer events than this were published since the last pass:
+/// the rest is read while the live tables are held.
+const CAUGHT_UP: u64 = 2_000;
+
+/// What a rebuild did.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebuilt {
+    /// Where the shadow tables were when this run began (0: from scratch).
+    pub resumed_from: u64,
+    /// The stream's events 1 to this sequence are in the folded model.
+    pub through_sequence: u64,
+    pub events_read: u64,
+    pub events_set_aside: u64,
+    #[serde(flatten)]
+    pub folded: Folded,
+    /// Building and catching up.
+    pub build_seconds: f64,
+    /// The folding transaction, from taking the live tables to its commit: how long the
+    /// projectors' writes waited (readers never do).
+    pub swap_seconds: f64,
+}
+
+/// Rebuilds the read model at `database_url` from the stream.
+pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<Rebuilt, ProjectorError> {
+    let started = Instant::now();
+    let mut connection = PgConnection::connect(database_url).await?;
+    let locked: bool =
+        sqlx::query_scalar("select pg_try_advisory_lock($1)").bind(REBUILD_LOCK).fetch_one(&mut connection).await?;
+    if !locked {
+        return Err(ProjectorError::Usage(
+            "another rebuild is running (it holds the rebuild lock): nothing was done; wait for it to finish"
+                .to_owned(),
+        ));
+    }
+    let jetstream = jetstream::new(client);
+    let mut stream = jetstream
+        .get_stream(STREAM)
+        .await
+        .map_err(|_| ProjectorError::Usage(format!("there is no {STREAM} stream to rebuild from: nothing was done")))?;
+    let last = whole_history(&mut stream).await?.map_err(|missing| {
+        ProjectorError::Usage(format!(
+            "{missing}; a rebuild needs every event ever published, so nothing was done (keep the stream without \
+             limits: docs/operations.md, NATS)"
+        ))
+    })?;
+    let resumed_from = match shadow::prepare(&mut connection).await? {
+        Start::Fresh => 0,
+        Start::Resumed(through) => {
+            tracing::info!(through, "resuming the rebuild whose shadow tables hold the stream through this sequence");
+            through
+        }
+    };
+    let dead_letters = dead_letter_sequences(&mut connection).await?;
+    let mut set_aside = 0;
+    let mut through = resumed_from;
+
+    // Building, then catching up while much is being published.
+    let mut progress = Progress::new("rebuild", last.saturating_sub(through));
+    let mut target = last;
+    loop {
+        let mut reading = read_through(&stream, subjects(None), through + 1, target).await?;
+        through =
+            load_all(&mut connection, &mut reading, &dead_letters, &mut set_aside, &mut progress, through).await?;
+        let now = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
+        if now.saturating_sub(through) < CAUGHT_UP {
+            break;
+        }
+        target = now;
+    }
+    progress.finish();
+    let build_seconds = started.elapsed().as_secs_f64();
+    tracing::info!(through, build_seconds, "rebuild: the shadow tables hold the stream; folding them in");
+
+    // The swap: the live tables held against writers, the last events, the fold.
+    let swap_started = Instant::now();
+    let mut transaction = connection.begin().await?;
+    // A projector's long transaction must not hold the swap (and the writers queued behind
+    // it) for long: past this, the swap fails and the rebuild can be run again.
+    sqlx::query(&format!("set local lock_timeout = '{}s'", SWAP_LOCK_TIMEOUT.as_secs()))
+        .execute(&mut *transaction)
+        .await?;
+    sqlx::query(&format!(
+        "lock table {}, {} in share row exclusive mode",
+        crate::apply::Tables::LIVE.contacts,
+        crate::apply::Tables::LIVE.items
+    ))
+    .execute(&mut *transaction)
+    .await?;
+    let end = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
+    let mut reading = read_through(&stream, subjects(None), through + 1, end).await?;
+    through = load_all(&mut transaction, &mut reading, &dead_letters, &mut set_aside, &mut progress, through).await?;
+    let folded = swap::fold(&mut transaction).await?;
+    for (_, shadow) in shadow::pairs() {
+        sqlx::query(&format!("drop table {shadow}")).execute(&mut *transaction).await?;
+    }
+    sqlx::query("delete from read_model_rebuild").execute(&mut *transaction).await?;
+    transaction.commit().await?;
+    let swap_seconds = swap_started.elapsed().as_secs_f64();
+    tracing::info!(corrected = folded.corrected, removed = folded.removed, swap_seconds, "rebuild folded in");
+    Ok(Rebuilt {
+        resumed_from,
+        through_sequence: through,
+        events_read: progress.done(),
+        events_set_aside: set_aside,
+        folded,
+        build_seconds,
+        swap_seconds,
+    })
+}
+
+/// Loads every batch of `reading` into the shadow tables; returns the position reached.
+async fn load_all(
+    connection: &mut PgConnection,
+    reading: &mut Reading,
+    dead_letters: &std::collections::HashSet<i64>,
+    set_aside: &mut u64,
+    progress: &mut Progress,
+    mut through: u64,
+) -> Result<u64, ProjectorError> {
+    while let Some(batch) = reading.batches.recv().await {
+        let batch = batch?;
+        shadow::load(connection, &batch, dead_letters, set_aside).await?;
+        progress.advance(batch.len() as u64);
+        through = batch.last().map_or(through, |message| message.stream_sequence);
+    }
+    Ok(through)
+}
+
+/// How long the swap may wait for the live tables before it gives up.
+pub const SWAP_LOCK_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,0 +1,111 @@
+//! The shadow tables a rebuild fills from the stream beside the live ones, and how far
+//! they are filled.
+//!
+//! Unlogged (no WAL for a model that is thrown away or folded into the live one), with the
+//! live tables' columns, defaults, checks, generated columns and row triggers that shape
+//! a row before it is written, so that a row is built as a live write builds it. The
+//! position they are filled through is written in the same transaction as each batch.
+
+use std::collections::HashSet;
+
+use sqlx::{Connection, PgConnection};
+
+use crate::apply::{write_events_into, Received, Tables};
+use crate::error::{is_transient_database_error, ProjectorError};
+use crate::history::applied_events;
+
+/// The shadow tables, one per live table.
+pub const TABLES: Tables<'static> = Tables { contacts: "rebuild_contacts", items: "rebuild_items" };
+
+/// (live, shadow) table names.
+pub fn pairs() -> [(&'static str, &'static str); 2] {
+    [(Tables::LIVE.contacts, TABLES.contacts), (Tables::LIVE.items, TABLES.items)]
+}
+
+/// Where a rebuild starts: from scratch, or where an earlier one stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    Fresh,
+    /// The shadow tables hold the stream through this sequence.
+    Resumed(u64),
+}
+
+/// Finds an unfinished rebuild's shadow tables, or creates them empty.
+pub async fn prepare(connection: &mut PgConnection) -> Result<Start, ProjectorError> {
+    let through: Option<i64> =
+        sqlx::query_scalar("select through_sequence from read_model_rebuild").fetch_optional(&mut *connection).await?;
+    let tables_exist: bool = sqlx::query_scalar(
+        "select count(*) = 2 from pg_class where relname = any($1) and relkind = 'r' and relpersistence = 'u'",
+    )
+    .bind([TABLES.contacts, TABLES.items])
+    .fetch_one(&mut *connection)
+    .await?;
+    if let (Some(through), true) = (through, tables_exist) {
+        return Ok(Start::Resumed(through.unsigned_abs()));
+    }
+    let mut transaction = connection.begin().await?;
+    for (live, shadow) in pairs() {
+        sqlx::query(&format!("drop table if exists {shadow}")).execute(&mut *transaction).await?;
+        sqlx::query(&format!(
+            "create unlogged table {shadow} (like {live} including defaults including constraints \
+             including generated, primary key (workspace_id, id))"
+        ))
+        .execute(&mut *transaction)
+        .await?;
+        let shaping: Vec<String> = sqlx::query_scalar(
+            "select pg_get_triggerdef(oid) from pg_trigger where tgrelid = $1::regclass and not tgisinternal \
+             and tgtype & 3 = 3",
+        )
+        .bind(live)
+        .fetch_all(&mut *transaction)
+        .await?;
+        for definition in shaping {
+            let definition = definition.replacen(&format!(" ON public.{live} "), &format!(" ON public.{shadow} "), 1);
+            sqlx::query(&definition).execute(&mut *transaction).await?;
+        }
+    }
+    sqlx::query("delete from read_model_rebuild").execute(&mut *transaction).await?;
+    sqlx::query("insert into read_model_rebuild (through_sequence) values (0)").execute(&mut *transaction).await?;
+    transaction.commit().await?;
+    Ok(Start::Fresh)
+}
+
+/// Writes `batch`'s applied events into the shadow tables and moves the position past it,
+/// in one transaction on `connection` (or in the caller's, if one is open).
+pub async fn load(
+    connection: &mut PgConnection,
+    batch: &[Received],
+    dead_letters: &HashSet<i64>,
+    set_aside: &mut u64,
+) -> Result<(), ProjectorError> {
+    let Some(last) = batch.last() else { return Ok(()) };
+    let events = applied_events(batch, dead_letters, set_aside);
+    let mut transaction = connection.begin().await?;
+    sqlx::query("savepoint whole_batch").execute(&mut *transaction).await?;
+    match write_events_into(&mut transaction, events.iter(), TABLES).await {
+        Ok(()) => {}
+        Err(error) if is_transient_database_error(&error) => return Err(error.into()),
+        // One refused row fails the statement: the events one by one, as the projector
+        // writes them, the refused ones left out as it leaves them out.
+        Err(_) => {
+            sqlx::query("rollback to savepoint whole_batch").execute(&mut *transaction).await?;
+            for event in &events {
+                sqlx::query("savepoint one_event").execute(&mut *transaction).await?;
+                match write_events_into(&mut transaction, std::iter::once(event), TABLES).await {
+                    Ok(()) => {}
+                    Err(error) if is_transient_database_error(&error) => return Err(error.into()),
+                    Err(_) => {
+                        sqlx::query("rollback to savepoint one_event").execute(&mut *transaction).await?;
+                        *set_aside += 1;
+                    }
+                }
+            }
+        }
+    }
+    sqlx::query("update read_model_rebuild set through_sequence = $1")
+        .bind(i64::try_from(last.stream_sequence).unwrap_or(i64::MAX))
+        .execute(&mut *transaction)
+        .await?;
+    transaction.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! `lectern-projector rebuild`: the read model built again from the stream beside the
+//! live one and folded in, as an operator runs it. Each test has its own nats-server and
+//! database; the API runs in the test's process on the same database.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use lectern_api::keys::Scope;
+use lectern_tests::app::{urlencode, TestApp};
+use lectern_tests::nats::TestNats;
+use lectern_tests::projector::{contact_event, eventually};
+use lectern_tests::TestDatabase;
+use serde_json::Value;
+use sqlx::Connection;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::process::{changes, projector_command, publish_all, run_command, Projector, CATCH_UP};
+
+/// Until the projector has acknowledged every message the stream holds.
+async fn applied(nats: &TestNats, projector: &Projector) {
+    let jetstream = async_nats::jetstream::new(nats.client().await);
+    let caught_up = eventually(CATCH_UP, || async {
+        let Ok(mut stream) = jetstream.get_stream("CHANGES").await else { return false };
+        let last = stream.info().await.map(|info| info.state.last_sequence).unwrap_or(u64::MAX);
+        let consumer = stream.consumer_info(lectern_projector::stream::CONSUMER).await;
+        consumer.is_ok_and(|info| info.ack_floor.stream_sequence >= last)
+    })
+    .await;
+    assert!(caught_up, "the projector did not apply the stream; log:\n{}", projector.log());
+}
+
+async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, String) {
+    let run = run_command(&nats.url, &db.url, &["rebuild", "--output", "json"], &[], None).await;
+    let report = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
+    (run.code, report, run.stderr)
+}
+
+async fn verify_agrees(nats: &TestNats, db: &TestDatabase) {
+    let run = run_command(&nats.url, &db.url, &["verify", "--wait-for-projector", "20"], &[], None).await;
+    assert_eq!(run.code, Some(0), "verify after the rebuild:\n{}{}", run.stdout, run.stderr);
+}
+
+async fn sql(pool: &PgPool, statement: &str, workspace: Uuid, id: Uuid) {
+    let done = sqlx::query(statement).bind(workspace).bind(id).execute(pool).await.expect("tamper with the read model");
+    assert_eq!(done.rows_affected(), 1, "{statement}");
+}
+
+/// A client's copy of one feed: id → record, and what the last pages said of each id.
+struct Follower {
+    token: Option<String>,
+    mirror: HashMap<String, Value>,
+    received: Vec<(String, String)>,
+}
+
+impl Follower {
+    /// Follows the contacts feed to its end; returns the changes received on the way.
+    async fn follow(&mut self, app: &TestApp, key: &str) -> Vec<(String, String)> {
+        app.heard_every_commit().await;
+        let mut received = Vec::new();
+        loop {
+            let mut query = "/v1/contacts/changes?limit=50".to_owned();
+            if let Some(token) = &self.token {
+                query.push_str(&format!("&since={}", urlencode(token)));
+            }
+            let reply = app.get(key, &query).await;
+            assert_eq!(reply.status, 200, "{}", reply.text);
+            for change in reply.data() {
+                let id = change["id"].as_str().expect("an id").to_owned();
+                let kind = change["change"].as_str().expect("a change").to_owned();
+                match kind.as_str() {
+                    "upserted" => self.mirror.insert(id.clone(), change["record"].clone()),
+                    _ => self.mirror.remove(&id),
+                };
+                received.push((id, kind));
+            }
+            self.token = reply.body["syncToken"].as_str().map(str::to_owned);
+            if reply.body["hasMore"] != true {
+                self.received.extend(received.iter().cloned());
+                return received;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rebuild_corrects_exactly_the_drifted_records_and_a_client_following_the_feed_from_before_receives_only_them()
+{
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let projector = Projector::run(&nats.url, &db.url);
+    let ids: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();
+    let mut events: Vec<Value> =
+        ids.iter().enumerate().map(|(n, id)| contact_event("created", workspace, *id, 1, &format!("C{n}"))).collect();
+    events.extend(ids.iter().take(10).map(|id| contact_event("updated", workspace, *id, 2, "Updated")));
+    publish_all(&changes(&nats).await, &events).await;
+    applied(&nats, &projector).await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let key = app.key(workspace, &[Scope::ContactsRead]).await;
+    let mut client = Follower { token: None, mirror: HashMap::new(), received: Vec::new() };
+    client.follow(&app, &key).await;
+    assert_eq!(client.mirror.len(), 30);
+
+    // Behind the projector's back: a name, a row removed, a row no event wrote.
+    sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[3]).await;
+    sql(&db.pool, "delete from contacts where workspace_id = $1 and id = $2", workspace, ids[20]).await;
+    let smuggled = Uuid::new_v4();
+    sql(
+        &db.pool,
+        "insert into contacts (workspace_id, id, version, status, name, is_customer, is_supplier, created_at) \
+         values ($1, $2, 1, 'active', 'Smuggled', true, false, now())",
+        workspace,
+        smuggled,
+    )
+    .await;
+    let tampered = client.follow(&app, &key).await;
+    assert_eq!(tampered.len(), 2, "the client saw the tampering itself: {tampered:?}");
+
+    let (code, report, stderr) = rebuild(&nats, &db).await;
+
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    assert_eq!((report["corrected"].as_u64(), report["removed"].as_u64()), (Some(2), Some(1)), "{report}");
+    let corrections = client.follow(&app, &key).await;
+    let mut received: Vec<(String, String)> = corrections.clone();
+    received.sort();
+    let mut expected = vec![
+        (ids[3].to_string(), "upserted".to_owned()),
+        (ids[20].to_string(), "upserted".to_owned()),
+        (smuggled.to_string(), "removed".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(received, expected, "the feed after the rebuild gave exactly the corrections");
+    assert_eq!(client.mirror[&ids[3].to_string()]["name"], "Updated");
+    let listed: HashMap<String, Value> = app
+        .traverse(&key, "/v1/contacts?limit=100")
+        .await
+        .iter()
+        .flat_map(|page| page["data"].as_array().cloned().unwrap_or_default())
+        .map(|record| (record["id"].as_str().unwrap_or_default().to_owned(), record))
+        .collect();
+    assert_eq!(client.mirror, listed, "the client's mirror is the listing");
+    verify_agrees(&nats, &db).await;
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn a_rebuild_refuses_while_another_runs_and_when_the_stream_dropped_early_events_touching_nothing() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let jetstream = async_nats::jetstream::new(nats.client().await);
+    jetstream
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "CHANGES".to_owned(),
+            subjects: vec!["changes.>".to_owned()],
+            max_messages: 3,
+            ..Default::default()
+        })
+        .await
+        .expect("a stream with a limit");
+    let workspace = Uuid::new_v4();
+    let events: Vec<Value> =
+        (0..5).map(|n| contact_event("created", workspace, Uuid::new_v4(), 1, &format!("C{n}"))).collect();
+    publish_all(&jetstream, &events).await;
+
+    let (code, _, stderr) = rebuild(&nats, &db).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("from sequence 3 on") && stderr.contains("nothing was done"), "{stderr}");
+
+    // Another rebuild holds the lock.
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    sqlx::query("select pg_advisory_lock($1)")
+        .bind(lectern_projector::rebuild::REBUILD_LOCK)
+        .execute(&mut holder)
+        .await
+        .expect("take the rebuild lock");
+    let (code, _, stderr) = rebuild(&nats, &db).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("another rebuild is running"), "{stderr}");
+    let shadows: i64 = sqlx::query_scalar("select count(*) from pg_class where relname like 'rebuild_%'")
+        .fetch_one(&db.pool)
+        .await
+        .expect("count shadow tables");
+    assert_eq!(shadows, 0, "a refused rebuild created shadow tables");
+}
+
+#[tokio::test]
+async fn a_rebuild_killed_midway_leaves_the_live_model_untouched_and_the_next_run_resumes_and_finishes() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let projector = Projector::run(&nats.url, &db.url);
+    let ids: Vec<Uuid> = (0..4_000).map(|_| Uuid::new_v4()).collect();
+    let mut events: Vec<Value> = Vec::new();
+    for version in 1..=5 {
+        let kind = if version == 1 { "created" } else { "updated" };
+        events.extend(ids.iter().map(|id| contact_event(kind, workspace, *id, version, &format!("v{version}"))));
+    }
+    publish_all(&changes(&nats).await, &events).await;
+    applied(&nats, &projector).await;
+    sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[7]).await;
+
+    let mut command = projector_command(&nats.url, &db.url);
+    command.args(["rebuild"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = command.spawn().expect("start a rebuild");
+    let midway = eventually(Duration::from_secs(60), || async {
+        let through: Option<i64> = sqlx::query_scalar("select through_sequence from read_model_rebuild")
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap_or(None);
+        through.is_some_and(|through| through > 0)
+    })
+    .await;
+    assert!(midway, "the rebuild never recorded a position");
+    child.start_kill().expect("kill -9 the rebuild");
+    let _ = child.wait().await;
+    let through: i64 = sqlx::query_scalar("select through_sequence from read_model_rebuild")
+        .fetch_one(&db.pool)
+        .await
+        .expect("the killed rebuild's position");
+    assert!(through < 20_000, "the rebuild finished before it was killed (through {through})");
+    let name: String = sqlx::query_scalar("select name from contacts where workspace_id = $1 and id = $2")
+        .bind(workspace)
+        .bind(ids[7])
+        .fetch_one(&db.pool)
+        .await
+        .expect("the tampered row");
+    assert_eq!(name, "Tampered", "the killed rebuild touched the live model");
+
+    let (code, report, stderr) = rebuild(&nats, &db).await;
+
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    assert!(report["resumedFrom"].as_u64().is_some_and(|from| from > 0), "it started over: {report}");
+    assert_eq!(report["corrected"], 1, "{report}");
+    verify_agrees(&nats, &db).await;
+    projector.stop().await;
+}
