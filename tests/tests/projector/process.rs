@@ -209,6 +209,38 @@ pub(crate) async fn changes(nats: &TestNats) -> jetstream::Context {
     jetstream
 }
 
+/// Waits until the projector has acknowledged every message the stream holds (the
+/// consumer is there once the projector has started).
+pub(crate) async fn acknowledged_everything(nats: &TestNats, projector: &Projector) {
+    let jetstream = jetstream::new(nats.client().await);
+    let caught_up = eventually(CATCH_UP, || async {
+        let Ok(mut stream) = jetstream.get_stream("CHANGES").await else { return false };
+        let last = stream.info().await.map(|info| info.state.last_sequence).unwrap_or(u64::MAX);
+        let consumer = stream.consumer_info(lectern_projector::stream::CONSUMER).await;
+        consumer.is_ok_and(|info| info.ack_floor.stream_sequence >= last)
+    })
+    .await;
+    assert!(caught_up, "the projector did not apply the stream; log:\n{}", projector.log());
+}
+
+/// A `CHANGES` stream created by an operator with a limit of `max_messages`, before any
+/// projector ran, holding `published` contacts of one workspace: its first ones dropped.
+pub(crate) async fn stream_with_early_events_dropped(nats: &TestNats, max_messages: i64, published: usize) {
+    let jetstream = jetstream::new(nats.client().await);
+    let config = jetstream::stream::Config {
+        name: "CHANGES".to_owned(),
+        subjects: vec!["changes.>".to_owned()],
+        max_messages,
+        ..Default::default()
+    };
+    jetstream.create_stream(config).await.expect("a stream with a limit");
+    let workspace = Uuid::new_v4();
+    let events: Vec<Value> = (0..published)
+        .map(|n| lectern_tests::projector::contact_event("created", workspace, Uuid::new_v4(), 1, &format!("C{n}")))
+        .collect();
+    publish_all(&jetstream, &events).await;
+}
+
 /// The shared durable consumer as JetStream sees it.
 pub(crate) async fn consumer_info(nats: &TestNats) -> jetstream::consumer::Info {
     jetstream::new(nats.client().await)

@@ -16,20 +16,10 @@ use sqlx::Connection;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::process::{changes, projector_command, publish_all, run_command, Projector, CATCH_UP};
-
-/// Until the projector has acknowledged every message the stream holds.
-async fn applied(nats: &TestNats, projector: &Projector) {
-    let jetstream = async_nats::jetstream::new(nats.client().await);
-    let caught_up = eventually(CATCH_UP, || async {
-        let Ok(mut stream) = jetstream.get_stream("CHANGES").await else { return false };
-        let last = stream.info().await.map(|info| info.state.last_sequence).unwrap_or(u64::MAX);
-        let consumer = stream.consumer_info(lectern_projector::stream::CONSUMER).await;
-        consumer.is_ok_and(|info| info.ack_floor.stream_sequence >= last)
-    })
-    .await;
-    assert!(caught_up, "the projector did not apply the stream; log:\n{}", projector.log());
-}
+use crate::process::{
+    acknowledged_everything, changes, projector_command, publish_all, run_command, stream_with_early_events_dropped,
+    Projector,
+};
 
 async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, String) {
     let run = run_command(&nats.url, &db.url, &["rebuild", "--output", "json"], &[], None).await;
@@ -96,7 +86,7 @@ async fn a_rebuild_corrects_exactly_the_drifted_records_and_a_client_following_t
         ids.iter().enumerate().map(|(n, id)| contact_event("created", workspace, *id, 1, &format!("C{n}"))).collect();
     events.extend(ids.iter().take(10).map(|id| contact_event("updated", workspace, *id, 2, "Updated")));
     publish_all(&changes(&nats).await, &events).await;
-    applied(&nats, &projector).await;
+    acknowledged_everything(&nats, &projector).await;
     let app = TestApp::spawn(db.pool.clone()).await;
     let key = app.key(workspace, &[Scope::ContactsRead]).await;
     let mut client = Follower { token: None, mirror: HashMap::new(), received: Vec::new() };
@@ -149,20 +139,7 @@ async fn a_rebuild_corrects_exactly_the_drifted_records_and_a_client_following_t
 async fn a_rebuild_refuses_while_another_runs_and_when_the_stream_dropped_early_events_touching_nothing() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let jetstream = async_nats::jetstream::new(nats.client().await);
-    jetstream
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: "CHANGES".to_owned(),
-            subjects: vec!["changes.>".to_owned()],
-            max_messages: 3,
-            ..Default::default()
-        })
-        .await
-        .expect("a stream with a limit");
-    let workspace = Uuid::new_v4();
-    let events: Vec<Value> =
-        (0..5).map(|n| contact_event("created", workspace, Uuid::new_v4(), 1, &format!("C{n}"))).collect();
-    publish_all(&jetstream, &events).await;
+    stream_with_early_events_dropped(&nats, 3, 5).await;
 
     let (code, _, stderr) = rebuild(&nats, &db).await;
     assert_eq!(code, Some(1), "{stderr}");
@@ -198,7 +175,7 @@ async fn a_rebuild_killed_midway_leaves_the_live_model_untouched_and_the_next_ru
         events.extend(ids.iter().map(|id| contact_event(kind, workspace, *id, version, &format!("v{version}"))));
     }
     publish_all(&changes(&nats).await, &events).await;
-    applied(&nats, &projector).await;
+    acknowledged_everything(&nats, &projector).await;
     sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[7]).await;
 
     let mut command = projector_command(&nats.url, &db.url);

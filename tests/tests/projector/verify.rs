@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{contact_event, eventually, item_created, item_data, publish_raw};
+use lectern_tests::projector::{contact_event, item_created, item_data, publish_raw};
 use lectern_tests::TestDatabase;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::process::{changes, run_command, status, Projector, CATCH_UP};
+use crate::process::{
+    acknowledged_everything, changes, run_command, status, stream_with_early_events_dropped, Projector,
+};
 
 /// A verify's run: its exit code, and its JSON verdict.
 struct Verified {
@@ -55,20 +57,6 @@ async fn publish(jetstream: &jetstream::Context, events: &[Value]) -> u64 {
         }
     }
     last
-}
-
-/// Until the projector has acknowledged every message the stream holds.
-async fn applied(nats: &TestNats, projector: &Projector) {
-    let jetstream = jetstream::new(nats.client().await);
-    let caught_up = eventually(CATCH_UP, || async {
-        let Ok(mut stream) = jetstream.get_stream("CHANGES").await else { return false };
-        let last = stream.info().await.map(|info| info.state.last_sequence).unwrap_or(u64::MAX);
-        // The consumer is there once the projector has started.
-        let consumer = stream.consumer_info(lectern_projector::stream::CONSUMER).await;
-        consumer.is_ok_and(|info| info.ack_floor.stream_sequence >= last)
-    })
-    .await;
-    assert!(caught_up, "the projector did not apply the stream; log:\n{}", projector.log());
 }
 
 /// Two workspaces' contacts and items over several versions, removals included, and a
@@ -124,7 +112,7 @@ async fn a_clean_model_agrees_and_each_row_changed_deleted_or_inserted_by_sql_is
     let jetstream = changes(&nats).await;
     publish(&jetstream, &events).await;
     publish_raw(&nats.client().await, &format!("changes.{watched}.contacts.{}", Uuid::new_v4()), b"{".to_vec()).await;
-    applied(&nats, &projector).await;
+    acknowledged_everything(&nats, &projector).await;
 
     let clean = verify(&nats, &db, &[]).await;
     assert_eq!(clean.code, Some(0), "a clean model: {}\n{}", clean.verdict, clean.stderr);
@@ -202,7 +190,7 @@ async fn events_published_and_applied_while_a_verify_runs_are_not_drift() {
     let ids: Vec<Uuid> = (0..400).map(|_| Uuid::new_v4()).collect();
     let created: Vec<Value> = ids.iter().map(|id| contact_event("created", workspace, *id, 1, "First")).collect();
     publish(&jetstream, &created).await;
-    applied(&nats, &projector).await;
+    acknowledged_everything(&nats, &projector).await;
 
     // Every record updated again and again, and new ones created, throughout the verify.
     let writer = {
@@ -239,21 +227,7 @@ async fn events_published_and_applied_while_a_verify_runs_are_not_drift() {
 async fn a_stream_that_dropped_early_events_cannot_tell_and_says_from_which_sequence_it_holds_them() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let jetstream = jetstream::new(nats.client().await);
-    // Created by an operator with a limit, before any projector ran.
-    jetstream
-        .create_stream(jetstream::stream::Config {
-            name: "CHANGES".to_owned(),
-            subjects: vec!["changes.>".to_owned()],
-            max_messages: 5,
-            ..Default::default()
-        })
-        .await
-        .expect("a stream with a limit");
-    let workspace = Uuid::new_v4();
-    let events: Vec<Value> =
-        (0..8).map(|index| contact_event("created", workspace, Uuid::new_v4(), 1, &format!("C{index}"))).collect();
-    publish(&jetstream, &events).await;
+    stream_with_early_events_dropped(&nats, 5, 8).await;
 
     let verified = verify(&nats, &db, &[]).await;
 
@@ -284,7 +258,7 @@ async fn a_verify_cannot_tell_before_a_projector_has_applied_what_it_read_nor_wh
     // A projector that applied the first four and stopped: the three after are not drift,
     // and the verify cannot tell them from drift.
     let projector = Projector::run(&nats.url, &db.url);
-    applied(&nats, &projector).await;
+    acknowledged_everything(&nats, &projector).await;
     projector.stop().await;
     let more: Vec<Value> =
         (4..7).map(|index| contact_event("created", workspace, Uuid::new_v4(), 1, &format!("C{index}"))).collect();
