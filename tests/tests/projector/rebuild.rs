@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::process::{
     acknowledged_everything, changes, projector_command, publish_all, run_command, stream_with_early_events_dropped,
-    Projector,
+    Projector, CATCH_UP,
 };
 
 async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, String) {
@@ -210,6 +210,130 @@ async fn a_rebuild_killed_midway_leaves_the_live_model_untouched_and_the_next_ru
     assert_eq!(code, Some(0), "{report}\n{stderr}");
     assert!(report["resumedFrom"].as_u64().is_some_and(|from| from > 0), "it started over: {report}");
     assert_eq!(report["corrected"], 1, "{report}");
+    verify_agrees(&nats, &db).await;
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn during_a_rebuild_under_load_every_api_request_succeeds_and_every_event_published_meanwhile_is_in_the_model() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let projector = Projector::run(&nats.url, &db.url);
+    let jetstream = changes(&nats).await;
+    let ids: Vec<Uuid> = (0..2_000).map(|_| Uuid::new_v4()).collect();
+    let created: Vec<Value> = ids.iter().map(|id| contact_event("created", workspace, *id, 1, "v1")).collect();
+    publish_all(&jetstream, &created).await;
+    acknowledged_everything(&nats, &projector).await;
+    sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[5]).await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let key = app.key(workspace, &[Scope::ContactsRead]).await;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    // Every record updated again and again while the rebuild runs.
+    let writer = {
+        let (jetstream, ids, stop) = (jetstream.clone(), ids.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut version = 1;
+            while !stop.is_cancelled() {
+                version += 1;
+                let updates: Vec<Value> = ids
+                    .iter()
+                    .map(|id| contact_event("updated", workspace, *id, version, &format!("v{version}")))
+                    .collect();
+                publish_all(&jetstream, &updates).await;
+            }
+            version
+        })
+    };
+    // Listings, retrieves and the feed, one after another, throughout.
+    let reader = async {
+        let mut statuses: HashMap<u16, usize> = HashMap::new();
+        let paths = [
+            "/v1/contacts?limit=50".to_owned(),
+            format!("/v1/contacts/{}", ids[9]),
+            "/v1/contacts/changes?limit=100".to_owned(),
+        ];
+        let mut index = 0;
+        while !stop.is_cancelled() {
+            let reply = app.get(&key, &paths[index % paths.len()]).await;
+            *statuses.entry(reply.status).or_default() += 1;
+            index += 1;
+        }
+        statuses
+    };
+    let rebuilding = async {
+        let rebuilt = rebuild(&nats, &db).await;
+        stop.cancel();
+        rebuilt
+    };
+    let (statuses, (code, report, stderr)) = tokio::join!(reader, rebuilding);
+    let last_version = writer.await.expect("the writer");
+
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    assert_eq!(statuses.keys().copied().collect::<Vec<u16>>(), [200], "answers during the rebuild: {statuses:?}");
+    eprintln!("{} requests during the rebuild; {report}", statuses.values().sum::<usize>());
+    let at_last = eventually(CATCH_UP, || async {
+        let behind: i64 = sqlx::query_scalar("select count(*) from contacts where workspace_id = $1 and version <> $2")
+            .bind(workspace)
+            .bind(last_version)
+            .fetch_one(&db.pool)
+            .await
+            .expect("count records behind");
+        behind == 0
+    })
+    .await;
+    assert!(at_last, "records did not all reach version {last_version}; log:\n{}", projector.log());
+    verify_agrees(&nats, &db).await;
+    projector.stop().await;
+}
+
+#[tokio::test]
+async fn a_column_a_migration_adds_to_the_read_model_is_filled_for_every_record_by_a_rebuild() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let projector = Projector::run(&nats.url, &db.url);
+    let ids: Vec<Uuid> = (0..50).map(|_| Uuid::new_v4()).collect();
+    let mut events: Vec<Value> =
+        ids.iter().enumerate().map(|(n, id)| contact_event("created", workspace, *id, 1, &format!("c{n}"))).collect();
+    events.push(contact_event("archived", workspace, ids[0], 2, ""));
+    publish_all(&changes(&nats).await, &events).await;
+    acknowledged_everything(&nats, &projector).await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let key = app.key(workspace, &[Scope::ContactsRead]).await;
+    let mut client = Follower { token: None, mirror: HashMap::new(), received: Vec::new() };
+    client.follow(&app, &key).await;
+
+    // A release's migration (test-only here): a column the writes fill, empty in the rows
+    // written before it.
+    for statement in [
+        "alter table contacts add column name_initial text",
+        "create function fill_name_initial() returns trigger language plpgsql as $$ \
+         begin new.name_initial := upper(left(new.name, 1)); return new; end $$",
+        "create trigger contacts_name_initial before insert or update on contacts \
+         for each row execute function fill_name_initial()",
+    ] {
+        sqlx::query(statement).execute(&db.pool).await.expect("the test-only migration");
+    }
+
+    let (code, report, stderr) = rebuild(&nats, &db).await;
+
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    let unfilled: i64 =
+        sqlx::query_scalar("select count(*) from contacts where name_initial is distinct from upper(left(name, 1))")
+            .fetch_one(&db.pool)
+            .await
+            .expect("count unfilled rows");
+    assert_eq!(unfilled, 0, "rows the rebuild left without the new column's value");
+    let filled: i64 = sqlx::query_scalar("select count(*) from contacts where name_initial = 'C'")
+        .fetch_one(&db.pool)
+        .await
+        .expect("count filled rows");
+    assert_eq!(filled, 49, "every active record has it");
+    assert_eq!(report["corrected"], 49, "the active rows differ; the tombstone, all null, does not: {report}");
+    let resent = client.follow(&app, &key).await;
+    assert_eq!(resent.len(), 49, "each changed record reaches the feed once");
     verify_agrees(&nats, &db).await;
     projector.stop().await;
 }
