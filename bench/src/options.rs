@@ -36,9 +36,11 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      three-node NATS cluster at R3 against a single node (default output
                      bench/replicas.md)
   --verify           instead of the comparisons, the read model checked against the stream
-                     (issue 28): the backlog drained by the projector, then `lectern-projector
-                     verify` run twice over the same history; its rate against the drain's
-                     (default output bench/verify.md)
+                     and rebuilt from it (issue 28): the backlog drained by the projector, then
+                     `lectern-projector verify` twice over the same history, its rate against
+                     the drain's; then `rebuild` with one contact in 100 corrupted, its rate
+                     against the drain's, its swap, and the API's retrieve p99 under wrk
+                     during it against without (default output bench/verify.md)
   --keep             keep the benchmark databases and the work directory (with --replicas, the
                      private servers' directories, stopped)
   --no-build         use target/release/lectern-{api,projector} as they are (by default

@@ -6,13 +6,15 @@
 //! 3. The shadow tables ([`shadow`]) are filled from the stream's first event while the
 //!    API serves the live tables and the projectors keep writing them; each batch moves
 //!    the recorded position in the same transaction, so a rebuild killed at any point
-//!    resumes where it stopped, and the live tables are untouched until step 5.
+//!    resumes where it stopped, and the live tables are untouched until step 6.
 //! 4. Catching up: the events published meanwhile, until few are left.
-//! 5. One transaction ([`swap`]): the live tables are locked against other writers (never
-//!    against readers), the last events are read into the shadow, every shadow row that
-//!    differs from its live row is written to the live table (and so takes a new position
-//!    in the changes feed; rows that agree keep theirs), served rows no event wrote become
-//!    removals, and the shadow tables are dropped.
+//! 5. The records whose rows differ are found, with nobody held.
+//! 6. One transaction ([`swap`]): the live tables are locked against other writers (never
+//!    against readers), the last events are read into the shadow, the records that can
+//!    have come to differ since step 5 join those found, and for each whose shadow row
+//!    differs from its live row the shadow row is written to the live table (and so takes
+//!    a new position in the changes feed; rows that agree keep theirs); served rows no
+//!    event wrote become removals, and the shadow tables are dropped.
 //!
 //! Dead letters are read, not written: events the projector set aside stay aside.
 //!
@@ -112,7 +114,9 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
     let build_seconds = started.elapsed().as_secs_f64();
     tracing::info!(through, build_seconds, "rebuild: the shadow tables hold the stream; folding them in");
 
-    // The swap: the live tables held against writers, the last events, the fold.
+    // The records that differ, found with nobody held; then the swap: the live tables held
+    // against writers, the last events, the fold of what differs.
+    let horizon = swap::find_candidates(&mut connection).await?;
     let swap_started = Instant::now();
     let mut transaction = connection.begin().await?;
     // A projector's long transaction must not hold the swap (and the writers queued behind
@@ -130,7 +134,7 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
     let end = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
     let mut reading = read_through(&stream, subjects(None), through + 1, end).await?;
     through = load_all(&mut transaction, &mut reading, &dead_letters, &mut set_aside, &mut progress, through).await?;
-    let folded = swap::fold(&mut transaction).await?;
+    let folded = swap::fold(&mut transaction, horizon).await?;
     for (_, shadow) in shadow::pairs() {
         sqlx::query(&format!("drop table {shadow}")).execute(&mut *transaction).await?;
     }

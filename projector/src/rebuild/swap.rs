@@ -1,5 +1,11 @@
-//! Folding the shadow model into the live one, in one transaction: only the rows that
-//! differ are written, so they alone take a new position in the changes feed.
+//! Folding the shadow model into the live one: only the rows that differ are written, so
+//! they alone take a new position in the changes feed.
+//!
+//! Comparing two whole models takes seconds at a million rows, too long to hold the
+//! projectors' writes for. So the records that differ are found first, with nobody held
+//! ([`find_candidates`]); the swap's transaction then adds the only records that can have
+//! come to differ since (live rows written by a transaction that comparison could not
+//! see, and shadow rows its own last events wrote) and compares those alone ([`fold`]).
 
 use sqlx::PgConnection;
 
@@ -11,6 +17,8 @@ use crate::error::ProjectorError;
 const NOT_COPIED: &str = lectern_read_model::CHANGE_TRANSACTION;
 /// A row's identity and bookkeeping: kept when a row is turned into a removal.
 const KEY: [&str; 4] = ["workspace_id", "id", "version", "status"];
+/// The records to compare in the swap, in the rebuild's session.
+const CANDIDATES: &str = "rebuild_candidates";
 
 /// What folding changed in the live model.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
@@ -20,6 +28,8 @@ pub struct Folded {
     pub corrected: u64,
     /// Served rows no event wrote, now removals.
     pub removed: u64,
+    /// Records compared inside the swap.
+    pub compared_in_swap: u64,
 }
 
 /// The columns of `table` a write sets: every one but generated ones and the
@@ -35,30 +45,78 @@ async fn written_columns(connection: &mut PgConnection, table: &str) -> Result<V
     .await
 }
 
-/// Writes into the live tables every shadow row that differs from its live row, and turns
-/// served live rows no event wrote into removals, inside the caller's transaction (which
-/// holds the live tables against other writers).
-pub async fn fold(connection: &mut PgConnection) -> Result<Folded, ProjectorError> {
-    let mut folded = Folded::default();
+/// `alias.column, …` of `columns`.
+fn tuple(alias: &str, columns: &[String]) -> String {
+    columns.iter().map(|column| format!("{alias}.{column}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Records, in the rebuild's session, every record whose shadow and live rows differ now,
+/// holding nobody. Returns the horizon below which every transaction those comparisons
+/// saw had ended: a live row written since carries a transaction id at or above it.
+pub async fn find_candidates(connection: &mut PgConnection) -> Result<i64, ProjectorError> {
+    sqlx::query(&format!("drop table if exists {CANDIDATES}")).execute(&mut *connection).await?;
+    sqlx::query(&format!("create temporary table {CANDIDATES} (resource text, workspace_id uuid, id uuid)"))
+        .execute(&mut *connection)
+        .await?;
+    let horizon: i64 = sqlx::query_scalar("select pg_snapshot_xmin(pg_current_snapshot())::text::int8")
+        .fetch_one(&mut *connection)
+        .await?;
     for (live, shadow) in pairs() {
         let columns = written_columns(connection, live).await?;
-        let list = columns.join(", ");
-        let tuple =
-            |alias: &str| columns.iter().map(|column| format!("{alias}.{column}")).collect::<Vec<_>>().join(", ");
+        sqlx::query(&format!(
+            "insert into {CANDIDATES} select '{live}', coalesce(s.workspace_id, l.workspace_id), coalesce(s.id, l.id) \
+             from {shadow} as s full join {live} as l on l.workspace_id = s.workspace_id and l.id = s.id \
+             where s.id is null or l.id is null or ({}) is distinct from ({})",
+            tuple("s", &columns),
+            tuple("l", &columns),
+        ))
+        .execute(&mut *connection)
+        .await?;
+    }
+    Ok(horizon)
+}
+
+/// Inside the caller's transaction, which holds the live tables against other writers
+/// and has read the last events into the shadow: writes into the live tables every
+/// candidate's shadow row that differs from its live row, and turns served live rows no
+/// event wrote into removals. `horizon`: what [`find_candidates`] returned.
+pub async fn fold(connection: &mut PgConnection, horizon: i64) -> Result<Folded, ProjectorError> {
+    let mut folded = Folded::default();
+    for (live, shadow) in pairs() {
+        // What can have come to differ since the candidates were found.
+        sqlx::query(&format!(
+            "insert into {CANDIDATES} select '{live}', workspace_id, id from {live} where {NOT_COPIED} >= $1 \
+             union all select '{live}', workspace_id, id from {shadow} \
+             where {NOT_COPIED} = pg_current_xact_id()::text::int8"
+        ))
+        .bind(horizon)
+        .execute(&mut *connection)
+        .await?;
+    }
+    sqlx::query(&format!("analyze {CANDIDATES}")).execute(&mut *connection).await?;
+    folded.compared_in_swap = sqlx::query_scalar::<_, i64>(&format!(
+        "select count(*) from (select distinct resource, workspace_id, id from {CANDIDATES}) as distinct_candidates"
+    ))
+    .fetch_one(&mut *connection)
+    .await?
+    .unsigned_abs();
+    for (live, shadow) in pairs() {
+        let columns = written_columns(connection, live).await?;
         let updates: Vec<String> = columns
             .iter()
             .filter(|column| !["workspace_id", "id"].contains(&column.as_str()))
             .map(|column| format!("{column} = excluded.{column}"))
             .collect();
+        let keys = format!("(select distinct workspace_id, id from {CANDIDATES} where resource = '{live}') as k");
         let corrected = sqlx::query(&format!(
             "insert into {live} as t ({list}) \
-             select {shadow_columns} from {shadow} as s left join {live} as l \
-             on l.workspace_id = s.workspace_id and l.id = s.id \
-             where l.id is null or ({shadow_tuple}) is distinct from ({live_tuple}) \
+             select {shadow_columns} from {keys} join {shadow} as s on s.workspace_id = k.workspace_id and s.id = k.id \
+             left join {live} as l on l.workspace_id = s.workspace_id and l.id = s.id \
+             where l.id is null or ({shadow_columns}) is distinct from ({live_columns}) \
              on conflict (workspace_id, id) do update set {updates}, {NOT_COPIED} = excluded.{NOT_COPIED}",
-            shadow_columns = tuple("s"),
-            shadow_tuple = tuple("s"),
-            live_tuple = tuple("l"),
+            list = columns.join(", "),
+            shadow_columns = tuple("s", &columns),
+            live_columns = tuple("l", &columns),
             updates = updates.join(", "),
         ))
         .execute(&mut *connection)
@@ -71,7 +129,8 @@ pub async fn fold(connection: &mut PgConnection) -> Result<Folded, ProjectorErro
             .map(|column| format!("{column} = null"))
             .collect();
         let removed = sqlx::query(&format!(
-            "update {live} as l set status = 'deleted', {emptied} where l.status = 'active' \
+            "update {live} as l set status = 'deleted', {emptied} from {keys} \
+             where l.workspace_id = k.workspace_id and l.id = k.id and l.status = 'active' \
              and not exists (select 1 from {shadow} as s where s.workspace_id = l.workspace_id and s.id = l.id)",
             emptied = emptied.join(", "),
         ))
