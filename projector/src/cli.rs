@@ -384,6 +384,7 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
     let pool = connect(&args.database).await?;
     let dead = dead_letters::count(&pool).await?;
     let last_verify = verify::report::last(&pool).await?;
+    let rebuild = crate::rebuild::shadow::under_way(&pool).await?;
     let status = serde_json::json!({
         "stream": stream::STREAM,
         "consumer": stream::CONSUMER,
@@ -394,11 +395,12 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
         "deadLetters": dead,
         "stuckBatches": stuck,
         "lastVerify": last_verify,
+        "rebuild": rebuild,
     });
     match args.output {
         Output::Json => write_stdout(&format!("{status}\n")),
         Output::Text => write_stdout(&format!(
-            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}{}\n",
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}{}{}\n",
             stream::STREAM,
             last_sequence,
             stream::CONSUMER,
@@ -408,7 +410,8 @@ async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
             dead,
             stuck.len(),
             stuck.iter().map(describe_stuck).collect::<String>(),
-            last_verify.map_or_else(|| "no verify recorded".to_owned(), |last| last.describe())
+            last_verify.map_or_else(|| "no verify recorded".to_owned(), |last| last.describe()),
+            rebuild.map_or_else(String::new, |under_way| format!("\n{}", under_way.describe()))
         )),
     }
 }

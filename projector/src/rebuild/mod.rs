@@ -102,8 +102,9 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
     let mut target = last;
     loop {
         let mut reading = read_through(&stream, subjects(None), through + 1, target).await?;
-        through =
-            load_all(&mut connection, &mut reading, &dead_letters, &mut set_aside, &mut progress, through).await?;
+        // Before the swap, what was written is found by comparing the models.
+        through = load_all(&mut connection, &mut reading, &dead_letters, &mut set_aside, &mut progress, through, None)
+            .await?;
         let now = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
         if now.saturating_sub(through) < CAUGHT_UP {
             break;
@@ -116,7 +117,7 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
 
     // The records that differ, found with nobody held; then the swap: the live tables held
     // against writers, the last events, the fold of what differs.
-    let horizon = swap::find_candidates(&mut connection).await?;
+    swap::find_candidates(&mut connection).await?;
     let swap_started = Instant::now();
     let mut transaction = connection.begin().await?;
     // A projector's long transaction must not hold the swap (and the writers queued behind
@@ -133,8 +134,18 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
     .await?;
     let end = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
     let mut reading = read_through(&stream, subjects(None), through + 1, end).await?;
-    through = load_all(&mut transaction, &mut reading, &dead_letters, &mut set_aside, &mut progress, through).await?;
-    let folded = swap::fold(&mut transaction, horizon).await?;
+    let mut last_written = Vec::new();
+    through = load_all(
+        &mut transaction,
+        &mut reading,
+        &dead_letters,
+        &mut set_aside,
+        &mut progress,
+        through,
+        Some(&mut last_written),
+    )
+    .await?;
+    let folded = swap::fold(&mut transaction, &last_written).await?;
     for (_, shadow) in shadow::pairs() {
         sqlx::query(&format!("drop table {shadow}")).execute(&mut *transaction).await?;
     }
@@ -161,10 +172,11 @@ async fn load_all(
     set_aside: &mut u64,
     progress: &mut Progress,
     mut through: u64,
+    mut written: Option<&mut Vec<shadow::Written>>,
 ) -> Result<u64, ProjectorError> {
     while let Some(batch) = reading.batches.recv().await {
         let batch = batch?;
-        shadow::load(connection, &batch, dead_letters, set_aside).await?;
+        shadow::load(connection, &batch, dead_letters, set_aside, written.as_deref_mut()).await?;
         progress.advance(batch.len() as u64);
         through = batch.last().map_or(through, |message| message.stream_sequence);
     }

@@ -8,7 +8,9 @@
 
 use std::collections::HashSet;
 
+use lectern_schema::events::EntityKind;
 use sqlx::{Connection, PgConnection};
+use uuid::Uuid;
 
 use crate::apply::{write_events_into, Received, Tables};
 use crate::error::{is_transient_database_error, ProjectorError};
@@ -28,6 +30,32 @@ pub enum Start {
     Fresh,
     /// The shadow tables hold the stream through this sequence.
     Resumed(u64),
+}
+
+/// A rebuild under way, or one killed before it finished, as `status` shows it.
+#[derive(Clone, Debug, serde::Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct UnderWay {
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// The shadow tables hold the stream through this sequence.
+    pub through_sequence: i64,
+}
+
+impl UnderWay {
+    /// The line `status` prints.
+    pub fn describe(&self) -> String {
+        format!(
+            "rebuild started {}, its shadow tables hold the stream through sequence {} (running, or killed: \
+             `rebuild` resumes it)",
+            self.started_at.to_rfc3339(),
+            self.through_sequence
+        )
+    }
+}
+
+/// The rebuild under way, if any.
+pub async fn under_way(pool: &sqlx::PgPool) -> Result<Option<UnderWay>, sqlx::Error> {
+    sqlx::query_as("select started_at, through_sequence from read_model_rebuild").fetch_optional(pool).await
 }
 
 /// Finds an unfinished rebuild's shadow tables, or creates them empty.
@@ -70,16 +98,30 @@ pub async fn prepare(connection: &mut PgConnection) -> Result<Start, ProjectorEr
     Ok(Start::Fresh)
 }
 
+/// A record a batch wrote: (live table, workspace, id).
+pub type Written = (&'static str, Uuid, Uuid);
+
 /// Writes `batch`'s applied events into the shadow tables and moves the position past it,
-/// in one transaction on `connection` (or in the caller's, if one is open).
+/// in one transaction on `connection` (or in the caller's, if one is open). Adds the
+/// records written to `written`, when asked.
 pub async fn load(
     connection: &mut PgConnection,
     batch: &[Received],
     dead_letters: &HashSet<i64>,
     set_aside: &mut u64,
+    written: Option<&mut Vec<Written>>,
 ) -> Result<(), ProjectorError> {
     let Some(last) = batch.last() else { return Ok(()) };
     let events = applied_events(batch, dead_letters, set_aside);
+    if let Some(written) = written {
+        written.extend(events.iter().map(|event| {
+            let table = match event.event_type.entity {
+                EntityKind::Contact => Tables::LIVE.contacts,
+                EntityKind::Item => Tables::LIVE.items,
+            };
+            (table, event.workspace_id, event.entity_id)
+        }));
+    }
     let mut transaction = connection.begin().await?;
     sqlx::query("savepoint whole_batch").execute(&mut *transaction).await?;
     match write_events_into(&mut transaction, events.iter(), TABLES).await {

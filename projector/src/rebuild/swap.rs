@@ -3,13 +3,17 @@
 //!
 //! Comparing two whole models takes seconds at a million rows, too long to hold the
 //! projectors' writes for. So the records that differ are found first, with nobody held
-//! ([`find_candidates`]); the swap's transaction then adds the only records that can have
-//! come to differ since (live rows written by a transaction that comparison could not
-//! see, and shadow rows its own last events wrote) and compares those alone ([`fold`]).
+//! ([`find_candidates`]); the swap's transaction then adds the records its own last events
+//! wrote into the shadow, and compares those alone ([`fold`]). A live row the projectors
+//! write meanwhile needs no look: it is an event's, and the shadow has every event up to
+//! the swap, so it either equals its shadow row or is a candidate already (its shadow row
+//! was ahead). A row changed by hand in that window is not seen; `verify` would name it.
 
 use sqlx::PgConnection;
 
-use super::shadow::pairs;
+use uuid::Uuid;
+
+use super::shadow::{pairs, Written};
 use crate::error::ProjectorError;
 
 /// Columns never copied: the transaction id (each written row takes the folding
@@ -51,15 +55,11 @@ fn tuple(alias: &str, columns: &[String]) -> String {
 }
 
 /// Records, in the rebuild's session, every record whose shadow and live rows differ now,
-/// holding nobody. Returns the horizon below which every transaction those comparisons
-/// saw had ended: a live row written since carries a transaction id at or above it.
-pub async fn find_candidates(connection: &mut PgConnection) -> Result<i64, ProjectorError> {
+/// holding nobody.
+pub async fn find_candidates(connection: &mut PgConnection) -> Result<(), ProjectorError> {
     sqlx::query(&format!("drop table if exists {CANDIDATES}")).execute(&mut *connection).await?;
     sqlx::query(&format!("create temporary table {CANDIDATES} (resource text, workspace_id uuid, id uuid)"))
         .execute(&mut *connection)
-        .await?;
-    let horizon: i64 = sqlx::query_scalar("select pg_snapshot_xmin(pg_current_snapshot())::text::int8")
-        .fetch_one(&mut *connection)
         .await?;
     for (live, shadow) in pairs() {
         let columns = written_columns(connection, live).await?;
@@ -73,26 +73,27 @@ pub async fn find_candidates(connection: &mut PgConnection) -> Result<i64, Proje
         .execute(&mut *connection)
         .await?;
     }
-    Ok(horizon)
+    Ok(())
 }
 
 /// Inside the caller's transaction, which holds the live tables against other writers
-/// and has read the last events into the shadow: writes into the live tables every
-/// candidate's shadow row that differs from its live row, and turns served live rows no
-/// event wrote into removals. `horizon`: what [`find_candidates`] returned.
-pub async fn fold(connection: &mut PgConnection, horizon: i64) -> Result<Folded, ProjectorError> {
+/// and has read the last events into the shadow (the records they wrote: `last_written`):
+/// writes into the live tables every candidate's shadow row that differs from its live
+/// row, and turns served live rows no event wrote into removals.
+pub async fn fold(connection: &mut PgConnection, last_written: &[Written]) -> Result<Folded, ProjectorError> {
     let mut folded = Folded::default();
-    for (live, shadow) in pairs() {
-        // What can have come to differ since the candidates were found.
-        sqlx::query(&format!(
-            "insert into {CANDIDATES} select '{live}', workspace_id, id from {live} where {NOT_COPIED} >= $1 \
-             union all select '{live}', workspace_id, id from {shadow} \
-             where {NOT_COPIED} = pg_current_xact_id()::text::int8"
-        ))
-        .bind(horizon)
+    let (tables, workspaces, ids): (Vec<&str>, Vec<Uuid>, Vec<Uuid>) =
+        last_written.iter().map(|(table, workspace, id)| (*table, *workspace, *id)).collect();
+    sqlx::query(&format!("insert into {CANDIDATES} select * from unnest($1::text[], $2::uuid[], $3::uuid[])"))
+        .bind(tables)
+        .bind(workspaces)
+        .bind(ids)
         .execute(&mut *connection)
         .await?;
-    }
+    // A few rows looked up by key in two large tables: index lookups, whatever the
+    // estimates say (a hash join reads both tables whole, seconds with writers held).
+    sqlx::query("set local enable_hashjoin = off").execute(&mut *connection).await?;
+    sqlx::query("set local enable_mergejoin = off").execute(&mut *connection).await?;
     sqlx::query(&format!("analyze {CANDIDATES}")).execute(&mut *connection).await?;
     folded.compared_in_swap = sqlx::query_scalar::<_, i64>(&format!(
         "select count(*) from (select distinct resource, workspace_id, id from {CANDIDATES}) as distinct_candidates"

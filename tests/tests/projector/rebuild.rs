@@ -204,12 +204,15 @@ async fn a_rebuild_killed_midway_leaves_the_live_model_untouched_and_the_next_ru
         .await
         .expect("the tampered row");
     assert_eq!(name, "Tampered", "the killed rebuild touched the live model");
+    let shown = &crate::process::status(&nats.url, &db.url).await["rebuild"];
+    assert_eq!(shown["throughSequence"].as_i64(), Some(through), "status shows the unfinished rebuild: {shown}");
 
     let (code, report, stderr) = rebuild(&nats, &db).await;
 
     assert_eq!(code, Some(0), "{report}\n{stderr}");
     assert!(report["resumedFrom"].as_u64().is_some_and(|from| from > 0), "it started over: {report}");
     assert_eq!(report["corrected"], 1, "{report}");
+    assert_eq!(crate::process::status(&nats.url, &db.url).await["rebuild"], Value::Null, "a finished rebuild");
     verify_agrees(&nats, &db).await;
     projector.stop().await;
 }
