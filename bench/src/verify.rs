@@ -176,25 +176,9 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
 /// Runs `lectern-projector verify --output json` to the end.
 async fn verify(setup: &Setup, nats: &Nats, database: &Database) -> Result<Verified> {
     let started = Instant::now();
-    let output = Command::new(&setup.binaries.projector)
-        .args(["verify", "--output", "json"])
-        .env_clear()
-        .env("NATS_URL", &nats.urls)
-        .env("DATABASE_URL", &database.url)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .context("run lectern-projector verify")?;
-    let wall = started.elapsed();
-    let verdict: serde_json::Value = serde_json::from_slice(&output.stdout).context(format!(
-        "verify's JSON verdict (exit {:?}): {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr)
-    ))?;
+    let (_, verdict) = projector_json(setup, nats, database, "verify").await?;
     Ok(Verified {
-        wall,
+        wall: started.elapsed(),
         events: verdict["eventsRead"].as_u64().unwrap_or(0),
         records: verdict["records"].as_u64().unwrap_or(0),
         outcome: verdict["outcome"].as_str().unwrap_or("no outcome").to_owned(),
@@ -203,8 +187,23 @@ async fn verify(setup: &Setup, nats: &Nats, database: &Database) -> Result<Verif
 
 /// Runs `lectern-projector rebuild --output json` to the end; its report.
 async fn rebuild(setup: &Setup, nats: &Nats, database: &Database) -> Result<serde_json::Value> {
+    let (succeeded, report) = projector_json(setup, nats, database, "rebuild").await?;
+    if !succeeded {
+        return Err(format!("rebuild failed: {report}").into());
+    }
+    Ok(report)
+}
+
+/// Runs `lectern-projector <command> --output json` against the bench's NATS and
+/// database; whether it exited 0, and the JSON it printed.
+async fn projector_json(
+    setup: &Setup,
+    nats: &Nats,
+    database: &Database,
+    command: &str,
+) -> Result<(bool, serde_json::Value)> {
     let output = Command::new(&setup.binaries.projector)
-        .args(["rebuild", "--output", "json"])
+        .args([command, "--output", "json"])
         .env_clear()
         .env("NATS_URL", &nats.urls)
         .env("DATABASE_URL", &database.url)
@@ -213,14 +212,11 @@ async fn rebuild(setup: &Setup, nats: &Nats, database: &Database) -> Result<serd
         .kill_on_drop(true)
         .output()
         .await
-        .context("run lectern-projector rebuild")?;
-    if !output.status.success() {
-        return Err(format!(
-            "rebuild failed ({:?}): {}",
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr)
-        )
-        .into());
-    }
-    serde_json::from_slice(&output.stdout).context("rebuild's JSON report")
+        .context(format!("run lectern-projector {command}"))?;
+    let printed = serde_json::from_slice(&output.stdout).context(format!(
+        "{command}'s JSON (exit {:?}): {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    ))?;
+    Ok((output.status.success(), printed))
 }

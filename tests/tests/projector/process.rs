@@ -241,6 +241,13 @@ pub(crate) async fn stream_with_early_events_dropped(nats: &TestNats, max_messag
     publish_all(&jetstream, &events).await;
 }
 
+/// Runs `statement` (binding a workspace and an id) behind the projector's back; it must
+/// change exactly one row.
+pub(crate) async fn tamper(pool: &PgPool, statement: &str, workspace: Uuid, id: Uuid) {
+    let done = sqlx::query(statement).bind(workspace).bind(id).execute(pool).await.expect("tamper with the read model");
+    assert_eq!(done.rows_affected(), 1, "{statement}");
+}
+
 /// The shared durable consumer as JetStream sees it.
 pub(crate) async fn consumer_info(nats: &TestNats) -> jetstream::consumer::Info {
     jetstream::new(nats.client().await)

@@ -13,12 +13,11 @@ use lectern_tests::projector::{contact_event, eventually};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use sqlx::Connection;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::process::{
     acknowledged_everything, changes, projector_command, publish_all, run_command, stream_with_early_events_dropped,
-    Projector, CATCH_UP,
+    tamper, Projector, CATCH_UP,
 };
 
 async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, String) {
@@ -30,11 +29,6 @@ async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, Str
 async fn verify_agrees(nats: &TestNats, db: &TestDatabase) {
     let run = run_command(&nats.url, &db.url, &["verify", "--wait-for-projector", "20"], &[], None).await;
     assert_eq!(run.code, Some(0), "verify after the rebuild:\n{}{}", run.stdout, run.stderr);
-}
-
-async fn sql(pool: &PgPool, statement: &str, workspace: Uuid, id: Uuid) {
-    let done = sqlx::query(statement).bind(workspace).bind(id).execute(pool).await.expect("tamper with the read model");
-    assert_eq!(done.rows_affected(), 1, "{statement}");
 }
 
 /// A client's copy of one feed: id → record, and what the last pages said of each id.
@@ -94,10 +88,11 @@ async fn a_rebuild_corrects_exactly_the_drifted_records_and_a_client_following_t
     assert_eq!(client.mirror.len(), 30);
 
     // Behind the projector's back: a name, a row removed, a row no event wrote.
-    sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[3]).await;
-    sql(&db.pool, "delete from contacts where workspace_id = $1 and id = $2", workspace, ids[20]).await;
+    tamper(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[3])
+        .await;
+    tamper(&db.pool, "delete from contacts where workspace_id = $1 and id = $2", workspace, ids[20]).await;
     let smuggled = Uuid::new_v4();
-    sql(
+    tamper(
         &db.pool,
         "insert into contacts (workspace_id, id, version, status, name, is_customer, is_supplier, created_at) \
          values ($1, $2, 1, 'active', 'Smuggled', true, false, now())",
@@ -176,7 +171,8 @@ async fn a_rebuild_killed_midway_leaves_the_live_model_untouched_and_the_next_ru
     }
     publish_all(&changes(&nats).await, &events).await;
     acknowledged_everything(&nats, &projector).await;
-    sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[7]).await;
+    tamper(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[7])
+        .await;
 
     let mut command = projector_command(&nats.url, &db.url);
     command.args(["rebuild"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
@@ -228,7 +224,8 @@ async fn during_a_rebuild_under_load_every_api_request_succeeds_and_every_event_
     let created: Vec<Value> = ids.iter().map(|id| contact_event("created", workspace, *id, 1, "v1")).collect();
     publish_all(&jetstream, &created).await;
     acknowledged_everything(&nats, &projector).await;
-    sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[5]).await;
+    tamper(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[5])
+        .await;
     let app = TestApp::spawn(db.pool.clone()).await;
     let key = app.key(workspace, &[Scope::ContactsRead]).await;
 

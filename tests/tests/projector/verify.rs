@@ -8,11 +8,10 @@ use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, item_created, item_data, publish_raw};
 use lectern_tests::TestDatabase;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::process::{
-    acknowledged_everything, changes, run_command, status, stream_with_early_events_dropped, Projector,
+    acknowledged_everything, changes, run_command, status, stream_with_early_events_dropped, tamper, Projector,
 };
 
 /// A verify's run: its exit code, and its JSON verdict.
@@ -97,11 +96,6 @@ fn drifted_ids(verdict: &Value) -> Vec<(String, String, String)> {
     found
 }
 
-async fn sql(pool: &PgPool, statement: &str, workspace: Uuid, id: Uuid) {
-    let done = sqlx::query(statement).bind(workspace).bind(id).execute(pool).await.expect("tamper with the read model");
-    assert_eq!(done.rows_affected(), 1, "{statement}");
-}
-
 #[tokio::test]
 async fn a_clean_model_agrees_and_each_row_changed_deleted_or_inserted_by_sql_is_reported_by_id() {
     let nats = TestNats::start().await;
@@ -122,11 +116,11 @@ async fn a_clean_model_agrees_and_each_row_changed_deleted_or_inserted_by_sql_is
 
     // Behind the projector's back: a field, a row removed, a row added, a version lowered,
     // an archive turned into a delete.
-    sql(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", watched, contacts[2])
+    tamper(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", watched, contacts[2])
         .await;
-    sql(&db.pool, "delete from contacts where workspace_id = $1 and id = $2", watched, contacts[3]).await;
+    tamper(&db.pool, "delete from contacts where workspace_id = $1 and id = $2", watched, contacts[3]).await;
     let inserted = Uuid::new_v4();
-    sql(
+    tamper(
         &db.pool,
         "insert into items (workspace_id, id, version, status, name, type, created_at) \
          values ($1, $2, 1, 'active', 'Smuggled', 'service', now())",
@@ -134,8 +128,8 @@ async fn a_clean_model_agrees_and_each_row_changed_deleted_or_inserted_by_sql_is
         inserted,
     )
     .await;
-    sql(&db.pool, "update items set version = 0 where workspace_id = $1 and id = $2", watched, items[1]).await;
-    sql(&db.pool, "update contacts set status = 'deleted' where workspace_id = $1 and id = $2", other, contacts[0])
+    tamper(&db.pool, "update items set version = 0 where workspace_id = $1 and id = $2", watched, items[1]).await;
+    tamper(&db.pool, "update contacts set status = 'deleted' where workspace_id = $1 and id = $2", other, contacts[0])
         .await;
 
     let drift = verify(&nats, &db, &[]).await;
