@@ -152,6 +152,10 @@ struct RebuildArgs {
     database: DatabaseArgs,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
+    /// Remove the records no event wrote even when they are more than a tenth of a
+    /// workspace's (without it, such a rebuild stops before changing anything).
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -350,7 +354,7 @@ async fn verify(args: VerifyArgs) -> Result<ExitCode, ProjectorError> {
 
 async fn rebuild(args: RebuildArgs) -> Result<(), ProjectorError> {
     let client = stream::connect_once(&args.nats.nats_url).await?;
-    let rebuilt = crate::rebuild::rebuild(client, &args.database.database_url).await?;
+    let rebuilt = crate::rebuild::rebuild(client, &args.database.database_url, args.force).await?;
     match args.output {
         Output::Json => write_stdout(&format!("{}\n", to_json(&rebuilt)?)),
         Output::Text => write_stdout(&format!(

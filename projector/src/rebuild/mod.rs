@@ -40,8 +40,9 @@ use swap::Folded;
 
 /// The advisory lock a rebuild holds (any number both sides agree on).
 pub const REBUILD_LOCK: i64 = 0x6c65_6374_6572_6e31;
-/// Catching up stops when fewer events than this were published since the last pass:
-/// the rest is read while the live tables are held.
+/// Catching up stops when fewer than this many events were published since the last pass,
+/// or when a pass did not shrink what is left (events published faster than the rebuild
+/// reads them): the rest is read while the live tables are held.
 const CAUGHT_UP: u64 = 2_000;
 
 /// What a rebuild did.
@@ -63,8 +64,10 @@ pub struct Rebuilt {
     pub swap_seconds: f64,
 }
 
-/// Rebuilds the read model at `database_url` from the stream.
-pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<Rebuilt, ProjectorError> {
+/// Rebuilds the read model at `database_url` from the stream. Without `force`, a fold that
+/// would remove a large share of a workspace's records ([`swap::too_many_removals`]) is
+/// refused, and the shadow tables are kept for a run that forces it.
+pub async fn rebuild(client: async_nats::Client, database_url: &str, force: bool) -> Result<Rebuilt, ProjectorError> {
     let started = Instant::now();
     let mut connection = PgConnection::connect(database_url).await?;
     let locked: bool =
@@ -100,15 +103,20 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
     // Building, then catching up while much is being published.
     let mut progress = Progress::new("rebuild", last.saturating_sub(through));
     let mut target = last;
+    let mut behind = u64::MAX;
     loop {
         let mut reading = read_through(&stream, subjects(None), through + 1, target).await?;
         // Before the swap, what was written is found by comparing the models.
         through = load_all(&mut connection, &mut reading, &dead_letters, &mut set_aside, &mut progress, through, None)
             .await?;
         let now = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
-        if now.saturating_sub(through) < CAUGHT_UP {
+        // Caught up, or not gaining: events published faster than this reads them would
+        // keep it catching up for ever; the swap reads the rest with the writers held.
+        let left = now.saturating_sub(through);
+        if left < CAUGHT_UP || left >= behind {
             break;
         }
+        behind = left;
         target = now;
     }
     progress.finish();
@@ -125,13 +133,10 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
     sqlx::query(&format!("set local lock_timeout = '{}s'", SWAP_LOCK_TIMEOUT.as_secs()))
         .execute(&mut *transaction)
         .await?;
-    sqlx::query(&format!(
-        "lock table {}, {} in share row exclusive mode",
-        crate::apply::Tables::LIVE.contacts,
-        crate::apply::Tables::LIVE.items
-    ))
-    .execute(&mut *transaction)
-    .await?;
+    // Both live tables in `share row exclusive` mode (writers wait, readers never do),
+    // taken before the transaction writes anything, so that the changes feed waits for
+    // this transaction's corrections (`read_model_begin_write`).
+    sqlx::query("select read_model_begin_write('share row exclusive')").execute(&mut *transaction).await?;
     let end = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
     let mut reading = read_through(&stream, subjects(None), through + 1, end).await?;
     let mut last_written = Vec::new();
@@ -145,10 +150,11 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str) -> Result<R
         Some(&mut last_written),
     )
     .await?;
-    let folded = swap::fold(&mut transaction, &last_written).await?;
+    let folded = swap::fold(&mut transaction, &last_written, force).await?;
     for (_, shadow) in shadow::pairs() {
         sqlx::query(&format!("drop table {shadow}")).execute(&mut *transaction).await?;
     }
+    sqlx::query(&format!("drop table {}", shadow::SHADOW_POSITION)).execute(&mut *transaction).await?;
     sqlx::query("delete from read_model_rebuild").execute(&mut *transaction).await?;
     transaction.commit().await?;
     let swap_seconds = swap_started.elapsed().as_secs_f64();

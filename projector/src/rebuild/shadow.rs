@@ -58,20 +58,45 @@ pub async fn under_way(pool: &sqlx::PgPool) -> Result<Option<UnderWay>, sqlx::Er
     sqlx::query_as("select started_at, through_sequence from read_model_rebuild").fetch_optional(pool).await
 }
 
-/// Finds an unfinished rebuild's shadow tables, or creates them empty.
+/// Where the shadow tables themselves say they are filled through: an unlogged table like
+/// them, written in the same transaction as each batch. Crash recovery empties unlogged
+/// tables, and a promoted standby or a restored backup has them empty, while the position
+/// in `read_model_rebuild` is logged and survives: only when both agree do the shadow
+/// tables hold what the position says.
+pub const SHADOW_POSITION: &str = "rebuild_shadow_position";
+
+/// Finds an unfinished rebuild's shadow tables, or creates them empty. Shadow tables that
+/// no longer hold what the recorded position says (emptied by a crash, a restart after
+/// one, a failover or a restore) are not resumed: the rebuild starts again.
 pub async fn prepare(connection: &mut PgConnection) -> Result<Start, ProjectorError> {
     let through: Option<i64> =
         sqlx::query_scalar("select through_sequence from read_model_rebuild").fetch_optional(&mut *connection).await?;
     let tables_exist: bool = sqlx::query_scalar(
-        "select count(*) = 2 from pg_class where relname = any($1) and relkind = 'r' and relpersistence = 'u'",
+        "select count(*) = 3 from pg_class where relname = any($1) and relkind = 'r' and relpersistence = 'u'",
     )
-    .bind([TABLES.contacts, TABLES.items])
+    .bind([TABLES.contacts, TABLES.items, SHADOW_POSITION])
     .fetch_one(&mut *connection)
     .await?;
     if let (Some(through), true) = (through, tables_exist) {
-        return Ok(Start::Resumed(through.unsigned_abs()));
+        let held: Option<i64> = sqlx::query_scalar(&format!("select through_sequence from {SHADOW_POSITION}"))
+            .fetch_optional(&mut *connection)
+            .await?;
+        if held == Some(through) {
+            return Ok(Start::Resumed(through.unsigned_abs()));
+        }
+        tracing::warn!(
+            recorded = through,
+            held = held.unwrap_or(0),
+            "the shadow tables do not hold what the rebuild's position says (a crash, a failover or a restore \
+             empties unlogged tables): starting the rebuild again"
+        );
     }
     let mut transaction = connection.begin().await?;
+    sqlx::query(&format!("drop table if exists {SHADOW_POSITION}")).execute(&mut *transaction).await?;
+    sqlx::query(&format!("create unlogged table {SHADOW_POSITION} (through_sequence bigint not null)"))
+        .execute(&mut *transaction)
+        .await?;
+    sqlx::query(&format!("insert into {SHADOW_POSITION} values (0)")).execute(&mut *transaction).await?;
     for (live, shadow) in pairs() {
         sqlx::query(&format!("drop table if exists {shadow}")).execute(&mut *transaction).await?;
         sqlx::query(&format!(
@@ -144,8 +169,10 @@ pub async fn load(
             }
         }
     }
-    sqlx::query("update read_model_rebuild set through_sequence = $1")
-        .bind(i64::try_from(last.stream_sequence).unwrap_or(i64::MAX))
+    let through = i64::try_from(last.stream_sequence).unwrap_or(i64::MAX);
+    sqlx::query("update read_model_rebuild set through_sequence = $1").bind(through).execute(&mut *transaction).await?;
+    sqlx::query(&format!("update {SHADOW_POSITION} set through_sequence = $1"))
+        .bind(through)
         .execute(&mut *transaction)
         .await?;
     transaction.commit().await?;

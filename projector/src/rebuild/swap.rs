@@ -76,11 +76,52 @@ pub async fn find_candidates(connection: &mut PgConnection) -> Result<(), Projec
     Ok(())
 }
 
+/// A fold may turn at most this share of a workspace's active records into removals
+/// without `--force`: beyond it, more likely the shadow lost its rows than the live model
+/// holds that many rows no event wrote.
+pub const MOST_REMOVED_SHARE: f64 = 0.10;
+/// ... and may always remove this many in a workspace: a few rows written by hand are
+/// what a rebuild is for.
+pub const REMOVED_WITHOUT_QUESTION: i64 = 10;
+
+/// The workspaces whose removals the fold would refuse without `--force`, as the error
+/// says them: `(resource, workspace, to remove, active)`.
+async fn too_many_removals(
+    connection: &mut PgConnection,
+    live: &str,
+    shadow: &str,
+    keys: &str,
+) -> Result<Vec<(String, Uuid, i64, i64)>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "with removed as (select l.workspace_id, count(*) as removed from {live} as l join {keys} \
+             on l.workspace_id = k.workspace_id and l.id = k.id where l.status = 'active' \
+             and not exists (select 1 from {shadow} as s where s.workspace_id = l.workspace_id and s.id = l.id) \
+             group by l.workspace_id) \
+         select '{live}', r.workspace_id, r.removed, \
+                (select count(*) from {live} as a where a.workspace_id = r.workspace_id and a.status = 'active') \
+         from removed as r where r.removed > $1"
+    ))
+    .bind(REMOVED_WITHOUT_QUESTION)
+    .fetch_all(connection)
+    .await
+    .map(|rows: Vec<(String, Uuid, i64, i64)>| {
+        rows.into_iter()
+            .filter(|(_, _, removed, active)| *removed as f64 > MOST_REMOVED_SHARE * *active as f64)
+            .collect()
+    })
+}
+
 /// Inside the caller's transaction, which holds the live tables against other writers
 /// and has read the last events into the shadow (the records they wrote: `last_written`):
 /// writes into the live tables every candidate's shadow row that differs from its live
-/// row, and turns served live rows no event wrote into removals.
-pub async fn fold(connection: &mut PgConnection, last_written: &[Written]) -> Result<Folded, ProjectorError> {
+/// row, and turns served live rows no event wrote into removals. Unless `force`, refuses
+/// (writing nothing) when that would remove more than [`MOST_REMOVED_SHARE`] of a
+/// workspace's active records, and more than [`REMOVED_WITHOUT_QUESTION`].
+pub async fn fold(
+    connection: &mut PgConnection,
+    last_written: &[Written],
+    force: bool,
+) -> Result<Folded, ProjectorError> {
     let mut folded = Folded::default();
     let (tables, workspaces, ids): (Vec<&str>, Vec<Uuid>, Vec<Uuid>) =
         last_written.iter().map(|(table, workspace, id)| (*table, *workspace, *id)).collect();
@@ -101,6 +142,28 @@ pub async fn fold(connection: &mut PgConnection, last_written: &[Written]) -> Re
     .fetch_one(&mut *connection)
     .await?
     .unsigned_abs();
+    if !force {
+        let mut refused = Vec::new();
+        for (live, shadow) in pairs() {
+            let keys = format!("(select distinct workspace_id, id from {CANDIDATES} where resource = '{live}') as k");
+            refused.extend(too_many_removals(connection, live, shadow, &keys).await?);
+        }
+        if !refused.is_empty() {
+            let named: Vec<String> = refused
+                .iter()
+                .map(|(resource, workspace, removed, active)| {
+                    format!("{removed} of the {active} active {resource} of workspace {workspace}")
+                })
+                .collect();
+            return Err(ProjectorError::Usage(format!(
+                "the rebuild would remove {} as written by no event; that many more likely means the stream or the \
+                 shadow tables lack them than that they were written by hand. Nothing was changed; the shadow tables \
+                 are kept. Check the stream holds every event (`lectern-projector verify`), then run `rebuild --force` \
+                 to remove them",
+                named.join(", ")
+            )));
+        }
+    }
     for (live, shadow) in pairs() {
         let columns = written_columns(connection, live).await?;
         let updates: Vec<String> = columns

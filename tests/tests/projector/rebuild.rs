@@ -26,6 +26,25 @@ async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, Str
     (run.code, report, run.stderr)
 }
 
+/// Starts `rebuild` on the database at `url` and kills it (`kill -9`) once it has recorded a
+/// position.
+async fn kill_a_rebuild_midway(nats_url: &str, url: &str, pool: &sqlx::PgPool) {
+    let mut command = projector_command(nats_url, url);
+    command.args(["rebuild"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = command.spawn().expect("start a rebuild");
+    let midway = eventually(Duration::from_secs(60), || async {
+        let through: Option<i64> = sqlx::query_scalar("select through_sequence from read_model_rebuild")
+            .fetch_optional(pool)
+            .await
+            .unwrap_or(None);
+        through.is_some_and(|through| through > 0)
+    })
+    .await;
+    assert!(midway, "the rebuild never recorded a position");
+    child.start_kill().expect("kill -9 the rebuild");
+    let _ = child.wait().await;
+}
+
 async fn verify_agrees(nats: &TestNats, db: &TestDatabase) {
     let run = run_command(&nats.url, &db.url, &["verify", "--wait-for-projector", "20"], &[], None).await;
     assert_eq!(run.code, Some(0), "verify after the rebuild:\n{}{}", run.stdout, run.stderr);
@@ -174,20 +193,7 @@ async fn a_rebuild_killed_midway_leaves_the_live_model_untouched_and_the_next_ru
     tamper(&db.pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[7])
         .await;
 
-    let mut command = projector_command(&nats.url, &db.url);
-    command.args(["rebuild"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = command.spawn().expect("start a rebuild");
-    let midway = eventually(Duration::from_secs(60), || async {
-        let through: Option<i64> = sqlx::query_scalar("select through_sequence from read_model_rebuild")
-            .fetch_optional(&db.pool)
-            .await
-            .unwrap_or(None);
-        through.is_some_and(|through| through > 0)
-    })
-    .await;
-    assert!(midway, "the rebuild never recorded a position");
-    child.start_kill().expect("kill -9 the rebuild");
-    let _ = child.wait().await;
+    kill_a_rebuild_midway(&nats.url, &db.url, &db.pool).await;
     let through: i64 = sqlx::query_scalar("select through_sequence from read_model_rebuild")
         .fetch_one(&db.pool)
         .await
@@ -335,5 +341,115 @@ async fn a_column_a_migration_adds_to_the_read_model_is_filled_for_every_record_
     let resent = client.follow(&app, &key).await;
     assert_eq!(resent.len(), 49, "each changed record reaches the feed once");
     verify_agrees(&nats, &db).await;
+    projector.stop().await;
+}
+
+/// The rule: a rebuild never trusts shadow tables a restart can empty. Its shadow tables
+/// are unlogged, so a crash of PostgreSQL empties them while the position it recorded
+/// survives; the rebuild run after the crash starts again instead of folding an empty
+/// shadow (which would remove every record it lost), and removes nothing.
+#[tokio::test]
+async fn a_rebuild_resumed_after_a_database_crash_starts_again_and_removes_nothing() {
+    let nats = TestNats::start().await;
+    let mut server = lectern_tests::postgres::TestPostgres::start_new().await;
+    let url = server.url();
+    lectern_api::db::create_and_migrate(&url).await.expect("migrate");
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&url).await.expect("connect");
+    let workspace = Uuid::new_v4();
+    let projector = Projector::run(&nats.url, &url);
+    // The first 1,000 events are the only ones of their records: a shadow that lost them
+    // and went on from where it had been would remove those records.
+    let only_early: Vec<Uuid> = (0..1_000).map(|_| Uuid::new_v4()).collect();
+    let later: Vec<Uuid> = (0..3_000).map(|_| Uuid::new_v4()).collect();
+    let mut events: Vec<Value> =
+        only_early.iter().map(|id| contact_event("created", workspace, *id, 1, "early")).collect();
+    for version in 1..=3 {
+        let kind = if version == 1 { "created" } else { "updated" };
+        events.extend(later.iter().map(|id| contact_event(kind, workspace, *id, version, &format!("v{version}"))));
+    }
+    let ids: Vec<Uuid> = only_early.iter().chain(&later).copied().collect();
+    publish_all(&changes(&nats).await, &events).await;
+    acknowledged_everything(&nats, &projector).await;
+    projector.stop().await;
+    tamper(&pool, "update contacts set name = 'Tampered' where workspace_id = $1 and id = $2", workspace, ids[7]).await;
+
+    kill_a_rebuild_midway(&nats.url, &url, &pool).await;
+    // What was committed is on disk (the test server does not wait for flushes); the
+    // unlogged shadow tables are not, whatever is flushed.
+    sqlx::query("select read_model_flush('test')").execute(&pool).await.expect("flush the WAL");
+    pool.close().await;
+    server.stop().await;
+    server.start().await;
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&url).await.expect("connect");
+    let recorded: i64 = sqlx::query_scalar("select through_sequence from read_model_rebuild")
+        .fetch_one(&pool)
+        .await
+        .expect("the killed rebuild's position survives the crash");
+    assert!(recorded > 0);
+
+    let run = run_command(&nats.url, &url, &["rebuild", "--output", "json"], &[], None).await;
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
+
+    assert_eq!(run.code, Some(0), "{report}\n{}", run.stderr);
+    assert_eq!(report["resumedFrom"], 0, "it resumed shadow tables the crash had emptied: {report}");
+    assert_eq!((report["corrected"].as_u64(), report["removed"].as_u64()), (Some(1), Some(0)), "{report}");
+    let active: i64 = sqlx::query_scalar("select count(*) from contacts where workspace_id = $1 and status = 'active'")
+        .bind(workspace)
+        .fetch_one(&pool)
+        .await
+        .expect("count the active contacts");
+    assert_eq!(active, 4_000);
+}
+
+/// The rule: no fold removes a large share of a workspace's records without `--force`.
+/// Rows no event wrote are removals; more than a tenth of a workspace's (and more than
+/// ten) stops the rebuild before it changes anything, saying which and why; `--force`
+/// removes them.
+#[tokio::test]
+async fn a_rebuild_that_would_remove_more_than_a_tenth_of_a_workspace_stops_unless_forced() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let projector = Projector::run(&nats.url, &db.url);
+    let ids: Vec<Uuid> = (0..40).map(|_| Uuid::new_v4()).collect();
+    let events: Vec<Value> =
+        ids.iter().enumerate().map(|(n, id)| contact_event("created", workspace, *id, 1, &format!("C{n}"))).collect();
+    publish_all(&changes(&nats).await, &events).await;
+    acknowledged_everything(&nats, &projector).await;
+    for index in 0..15 {
+        tamper(
+            &db.pool,
+            &format!(
+                "insert into contacts (workspace_id, id, version, status, name, is_customer, is_supplier, created_at) \
+                 values ($1, $2, 1, 'active', 'Written by hand {index}', true, false, now())"
+            ),
+            workspace,
+            Uuid::new_v4(),
+        )
+        .await;
+    }
+    let active = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from contacts where workspace_id = $1 and status = 'active'")
+            .bind(workspace)
+            .fetch_one(&db.pool)
+            .await
+            .expect("count the active contacts")
+    };
+
+    let (code, report, stderr) = rebuild(&nats, &db).await;
+
+    assert_eq!(code, Some(1), "{report}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("15 of the 55 active contacts of workspace {workspace}"))
+            && stderr.contains("--force"),
+        "the refusal names what it would remove and how to go on: {stderr}"
+    );
+    assert_eq!(active().await, 55, "a refused rebuild changed the live model");
+
+    let run = run_command(&nats.url, &db.url, &["rebuild", "--force", "--output", "json"], &[], None).await;
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
+    assert_eq!(run.code, Some(0), "{report}\n{}", run.stderr);
+    assert_eq!(report["removed"], 15, "{report}");
+    assert_eq!(active().await, 40);
     projector.stop().await;
 }
