@@ -20,6 +20,9 @@ pub mod names {
     pub const FEED_EMPTY_POLLS: &str = "lectern_api_feed_empty_polls_total";
     /// Feed requests waiting for a change now (`wait`), holding no connection.
     pub const FEED_WAITING: &str = "lectern_api_feed_waiting_requests";
+    /// Samples of the feed's bound this process took (`feed::bound`): one statement each,
+    /// however many requests wait.
+    pub const FEED_BOUND_SAMPLES: &str = "lectern_api_feed_bound_samples_total";
     /// Feed pages read before their client asked, by `outcome` (`served`: ready when asked
     /// for; `served_after_wait`: still being read; `stale`: a change of the feed was
     /// announced after the read; `unclaimed`: nobody asked in time).

@@ -121,8 +121,16 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         millis(empty.http.p99)
     );
 
-    eprintln!("[6/6] publish→visible through the feed, and a long poll's wake-up");
+    eprintln!(
+        "[6/6] publish→visible through the feed, and a long poll's wake-up; again with a foreign transaction open"
+    );
     let latency = feed_latency::measure(plan, &nats.url, &api.base, &key, &database.url, 0).await?;
+    // A writing transaction in another database of the same server, open for the whole
+    // round: it must not hold the feed back.
+    let foreign = feed_latency::ForeignTransaction::open(&database.url).await?;
+    let held = feed_latency::measure(plan, &nats.url, &api.base, &key, &database.url, 1).await;
+    foreign.close().await?;
+    let held = held?;
     api.process.check_running()?;
     api.process.stop().await;
     projector.check_running()?;
@@ -237,6 +245,16 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         format!("p99 {}", millis(latency.visible.p99)),
     ));
     report.rows.push(quantile_row(
+        "feed: publish→visible with a writing transaction open in another database throughout".to_owned(),
+        format!("{} samples, max {}", held.visible.count, millis(held.visible.max)),
+        &held.visible,
+    ));
+    report.targets.push((
+        "publish→visible in the feed p99 < 50 ms with a foreign transaction open".to_owned(),
+        held.visible.p99 < Duration::from_millis(50),
+        format!("p99 {} (without: {})", millis(held.visible.p99), millis(latency.visible.p99)),
+    ));
+    report.rows.push(quantile_row(
         "feed: a long poll's wake-up (wait=30 pending; commit heard by LISTEN → response)".to_owned(),
         format!("{} samples, max {}", latency.wake.count, millis(latency.wake.max)),
         &latency.wake,
@@ -301,13 +319,18 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         limit = usize::from(FeedLimit::MAX) + 1
     ));
     report.notes.push(latency.describe());
+    report.notes.push(format!(
+        "The same round again while a transaction in the server's `postgres` database holds a transaction id \
+         (a temporary table written, never committed) for the whole round: {}",
+        held.describe()
+    ));
     Ok(())
 }
 
 /// The feed's empty poll as a wrk scenario, and the feed's statement for pgbench for the
 /// same workspace and position.
 fn empty_poll(key: &str, token: &str, workspace: Uuid, position: FeedPosition) -> Result<Scenario> {
-    let sql = substitute(&changes_sql::<Contacts>(), &[":ws", ":transaction", ":id", ":rows"])?;
+    let sql = substitute(&changes_sql::<Contacts>(), &[":ws", ":transaction", ":id", ":rows", ":bound"])?;
     Ok(Scenario {
         name: "contacts feed: empty poll, big workspace".to_owned(),
         requests: vec![(key.to_owned(), format!("/v1/contacts/changes?since={token}"))],
@@ -317,6 +340,8 @@ fn empty_poll(key: &str, token: &str, workspace: Uuid, position: FeedPosition) -
             ("transaction".to_owned(), position.transaction.to_string()),
             ("id".to_owned(), position.id.to_string()),
             ("rows".to_owned(), (usize::from(FeedLimit::MAX) + 1).to_string()),
+            // The token of `since=latest` is just below the bound.
+            ("bound".to_owned(), (position.transaction + 1).to_string()),
         ],
         plan_cache_mode: PlanMode::Generic.setting(),
     })

@@ -101,6 +101,32 @@ impl FeedLatency {
     }
 }
 
+/// A transaction that writes, and so holds a transaction id, in another database of the
+/// server at `database_url` until it is closed: what used to hold every feed back.
+pub struct ForeignTransaction {
+    connection: sqlx::PgConnection,
+}
+
+impl ForeignTransaction {
+    pub async fn open(database_url: &str) -> Result<Self> {
+        use sqlx::Connection;
+        let server = database_url.rsplit_once('/').map_or(database_url, |(server, _)| server);
+        let mut connection = sqlx::PgConnection::connect(&format!("{server}/postgres"))
+            .await
+            .context("connect to the server's `postgres` database")?;
+        sqlx::raw_sql("begin; create temporary table held_open (n int); insert into held_open values (1)")
+            .execute(&mut connection)
+            .await
+            .context("open a writing transaction in `postgres`")?;
+        Ok(Self { connection })
+    }
+
+    pub async fn close(mut self) -> Result<()> {
+        sqlx::raw_sql("rollback").execute(&mut self.connection).await.context("end the foreign transaction")?;
+        Ok(())
+    }
+}
+
 /// Measures through the API at `base`. Round `round` updates contacts of its own (each
 /// round's events are new, so rounds can follow one another in one run).
 pub async fn measure(

@@ -198,6 +198,24 @@ impl PrivatePostgres {
         Ok(())
     }
 
+    /// Promotes this standby to a primary (`pg_ctl promote`), as a failover does: it ends
+    /// recovery with the WAL it has, on a new timeline, and takes writes. Returns once it
+    /// is out of recovery.
+    pub async fn promote(&self) -> Result<()> {
+        let output = self.pg_ctl(&["promote"]).await?;
+        if !output.status.success() {
+            return Err(Error::Command {
+                what: format!("pg_ctl promote on port {} failed", self.port),
+                report: format!("{}\nserver log:\n{}", describe(&output), self.log()),
+            });
+        }
+        let server = self;
+        wait_for(&format!("the server on port {} to leave recovery", self.port), move || async move {
+            server.try_fetch_one::<bool>("select not pg_is_in_recovery()").await.unwrap_or(false)
+        })
+        .await
+    }
+
     /// The server's log so far, for failure messages.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()

@@ -44,11 +44,25 @@ pub enum CommitMode {
 }
 
 impl CommitMode {
+    /// How a batch's transaction begins: its commit mode set explicitly, whatever the
+    /// server's `synchronous_commit` is (a `Flushed` batch is acknowledged straight after
+    /// its commit, so that commit must wait for the flush even on a server configured not
+    /// to), and declared a writer of the read model before it writes anything, so that
+    /// what it writes after a rolled-back savepoint still has its place in the changes feed
+    /// (`read_model_begin_write`). One round trip, like a plain `begin`.
     fn begin(self) -> &'static str {
         match self {
-            Self::Flushed => "begin",
-            // One round trip, like a plain `begin`. Batches that need a transaction only.
-            Self::BeforeFlush => "begin; set local synchronous_commit = off",
+            Self::Flushed => "begin; set local synchronous_commit = on; select read_model_begin_write()",
+            Self::BeforeFlush => "begin; set local synchronous_commit = off; select read_model_begin_write()",
+        }
+    }
+
+    /// The single statement's own commit: [`Commit::OnItsOwnBeforeFlush`] before the
+    /// flush, or flushed like `Flushed`.
+    fn on_its_own(self) -> Commit {
+        match self {
+            Self::Flushed => Commit::OnItsOwnFlushed,
+            Self::BeforeFlush => Commit::OnItsOwnBeforeFlush,
         }
     }
 }
@@ -56,8 +70,11 @@ impl CommitMode {
 type Decoded<'a> = (&'a Received, ChangeEvent);
 
 /// Decodes, applies and dead-letters `batch` in one transaction, committed as `mode`
-/// says. An `Err` means nothing was committed, and the whole batch may be retried.
+/// says, and records every message of it as applied (see [`crate::ledger`]) in the same
+/// transaction. An `Err` means nothing was committed, and the whole batch may be retried.
 pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) -> Result<Applied, sqlx::Error> {
+    let sequences: Vec<i64> =
+        batch.iter().map(|message| i64::try_from(message.stream_sequence).unwrap_or(i64::MAX)).collect();
     let mut events: Vec<Decoded<'_>> = Vec::with_capacity(batch.len());
     let mut refused: Vec<Refused<'_>> = Vec::new();
     for message in batch {
@@ -66,9 +83,10 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) ->
             Err(error) => refused.push((message, error.to_string())),
         }
     }
-    let written = match (mode, refused.is_empty()) {
-        (CommitMode::BeforeFlush, true) => write_in_one_statement(pool, &events).await,
-        _ => write_in_a_transaction(pool, &events, &refused, mode).await,
+    let written = if refused.is_empty() {
+        write_in_one_statement(pool, &events, &sequences, mode).await
+    } else {
+        write_in_a_transaction(pool, &events, &refused, &sequences, mode).await
     };
     match written {
         Ok(()) => {
@@ -84,44 +102,60 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) ->
             // enormous field, or a bug). Nothing was committed: find the culprits one by
             // one rather than block.
             tracing::warn!(%error, "batch refused by the database; applying its events one by one");
-            apply_one_by_one(pool, events, refused, mode).await
+            apply_one_by_one(pool, events, refused, &sequences, mode).await
         }
     }
 }
 
 /// The usual batch, events of one table and nothing refused, as a single statement that
-/// is its own transaction and commits before its flush. A `begin` and a `commit` around
-/// it were two more round trips per batch, each a chance for a busy host to schedule
-/// the projector or PostgreSQL out (bench/history.md, 2026-11-25). A batch of contacts and items
-/// both goes through [`write_in_a_transaction`], so that it stays atomic.
-async fn write_in_one_statement(pool: &PgPool, events: &[Decoded<'_>]) -> Result<(), sqlx::Error> {
+/// is its own transaction, recording its sequences as applied. A `begin` and a `commit`
+/// around it were two more round trips per batch, each a chance for a busy host to
+/// schedule the projector or PostgreSQL out (bench/history.md, 2026-11-25). A batch of
+/// contacts and items both goes through [`write_in_a_transaction`], so that it stays
+/// atomic.
+async fn write_in_one_statement(
+    pool: &PgPool,
+    events: &[Decoded<'_>],
+    sequences: &[i64],
+    mode: CommitMode,
+) -> Result<(), sqlx::Error> {
     let (contacts, items) = newest_by_record(events.iter().map(|(_, event)| event));
+    let applied = Some(sequences);
     match (contacts.is_empty(), items.is_empty()) {
         (false, true) => {
             let connection = &mut *pool.acquire().await?;
-            upsert_contacts(connection, &contacts, Commit::OnItsOwnBeforeFlush, contacts::TABLE).await
+            upsert_contacts(connection, &contacts, mode.on_its_own(), contacts::TABLE, applied).await
         }
         (true, false) => {
             let connection = &mut *pool.acquire().await?;
-            upsert_items(connection, &items, Commit::OnItsOwnBeforeFlush, items::TABLE).await
+            upsert_items(connection, &items, mode.on_its_own(), items::TABLE, applied).await
         }
-        (false, false) => write_in_a_transaction(pool, events, &[], CommitMode::BeforeFlush).await,
-        (true, true) => Ok(()),
+        (false, false) | (true, true) => write_in_a_transaction(pool, events, &[], sequences, mode).await,
     }
 }
 
-/// Every write of a batch in one transaction, committed as `mode` says; nothing is
-/// committed if it fails.
+/// Every write of a batch in one transaction, its sequences recorded as applied,
+/// committed as `mode` says; nothing is committed if it fails.
 async fn write_in_a_transaction(
     pool: &PgPool,
     events: &[Decoded<'_>],
     refused: &[Refused<'_>],
+    sequences: &[i64],
     mode: CommitMode,
 ) -> Result<(), sqlx::Error> {
     let mut transaction = pool.begin_with(mode.begin()).await?;
     write_events(&mut transaction, events.iter().map(|(_, event)| event)).await?;
     dead_letters::store(&mut transaction, refused).await?;
+    record_applied(&mut transaction, sequences).await?;
     transaction.commit().await
+}
+
+/// Records `sequences` as applied, inside the caller's transaction.
+pub async fn record_applied(connection: &mut PgConnection, sequences: &[i64]) -> Result<(), sqlx::Error> {
+    if sequences.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(lectern_read_model::RECORD_APPLIED_SQL).bind(sequences).execute(connection).await.map(drop)
 }
 
 /// A batch the database refused: each event under a savepoint of its own, the refused
@@ -132,6 +166,7 @@ async fn apply_one_by_one<'a>(
     pool: &PgPool,
     events: Vec<Decoded<'a>>,
     mut refused: Vec<Refused<'a>>,
+    sequences: &[i64],
     mode: CommitMode,
 ) -> Result<Applied, sqlx::Error> {
     let mut transaction = pool.begin_with(mode.begin()).await?;
@@ -149,6 +184,7 @@ async fn apply_one_by_one<'a>(
         }
     }
     dead_letters::store_one_by_one(&mut transaction, &refused).await?;
+    record_applied(&mut transaction, sequences).await?;
     transaction.commit().await?;
     crate::metrics::record_committed(applied.iter(), refused.iter().map(|(message, _)| message.subject.as_str()));
     Ok(Applied { events: applied.len(), dead_letters: refused.len() })
@@ -184,10 +220,10 @@ pub async fn write_events_into<'e>(
 ) -> Result<(), sqlx::Error> {
     let (contacts, items) = newest_by_record(events);
     if !contacts.is_empty() {
-        upsert_contacts(connection, &contacts, Commit::WithTheTransaction, tables.contacts).await?;
+        upsert_contacts(connection, &contacts, Commit::WithTheTransaction, tables.contacts, None).await?;
     }
     if !items.is_empty() {
-        upsert_items(connection, &items, Commit::WithTheTransaction, tables.items).await?;
+        upsert_items(connection, &items, Commit::WithTheTransaction, tables.items, None).await?;
     }
     Ok(())
 }
@@ -229,6 +265,7 @@ async fn upsert_contacts(
     events: &[&ChangeEvent],
     commit: Commit,
     table: &str,
+    applied: Option<&[i64]>,
 ) -> Result<(), sqlx::Error> {
     let mut batch = contacts::Batch::default();
     for event in events {
@@ -238,7 +275,7 @@ async fn upsert_contacts(
         };
         batch.push(key(event), data);
     }
-    batch.write_to(connection, table, commit).await
+    batch.write_recording(connection, table, commit, applied).await
 }
 
 async fn upsert_items(
@@ -246,6 +283,7 @@ async fn upsert_items(
     events: &[&ChangeEvent],
     commit: Commit,
     table: &str,
+    applied: Option<&[i64]>,
 ) -> Result<(), sqlx::Error> {
     let mut batch = items::Batch::default();
     for event in events {
@@ -255,5 +293,5 @@ async fn upsert_items(
         };
         batch.push(key(event), data);
     }
-    batch.write_to(connection, table, commit).await
+    batch.write_recording(connection, table, commit, applied).await
 }

@@ -1,5 +1,6 @@
 //! The run loop: pull a batch, apply it in one transaction, acknowledge once its
-//! commit is flushed (see [`crate::durable_acks`]).
+//! commit is flushed (see [`crate::durable_acks`]); beside it, the events the database
+//! lost applied again ([`crate::ledger`]).
 //!
 //! Up to [`RunSettings::concurrent_batches`] batches are applied at once, each in its
 //! own transaction on its own connection. One PostgreSQL session uses one core, and an
@@ -32,6 +33,7 @@ use crate::apply::{apply_batch, CommitMode, Received};
 use crate::durable_acks::DurableAcks;
 use crate::error::ProjectorError;
 use crate::in_hand::InHand;
+use crate::ledger;
 use crate::pending_lists;
 use crate::pull::pull;
 use crate::stream::{ensure_consumer, ensure_stream};
@@ -106,13 +108,17 @@ pub async fn run_watched(
 ) -> Result<(), ProjectorError> {
     let jetstream = jetstream::new(client.clone());
     let mut backoff = Backoff::default();
-    let consumer = loop {
+    let (stream, consumer) = loop {
         let attempt = tokio::select! {
-            attempt = async { ensure_consumer(&ensure_stream(&jetstream, settings.stream_replicas).await?).await } => attempt,
+            attempt = async {
+                let stream = ensure_stream(&jetstream, settings.stream_replicas).await?;
+                let consumer = ensure_consumer(&stream).await?;
+                Ok::<_, ProjectorError>((stream, consumer))
+            } => attempt,
             () = shutdown.cancelled() => return Ok(()),
         };
         match attempt {
-            Ok(consumer) => break consumer,
+            Ok(found) => break found,
             Err(error) => {
                 tracing::warn!(%error, "cannot reach JetStream yet; retrying");
                 if backoff.wait_or_stop(&shutdown).await {
@@ -126,6 +132,7 @@ pub async fn run_watched(
     let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
     let indexer = tokio::spawn(workspace_indexes::maintain(pool.clone(), settings.own_indexes, shutdown.clone()));
     let reporter = tokio::spawn(batches.clone().report(jetstream.clone(), shutdown.clone()));
+    let ledger = tokio::spawn(ledger::keep(pool.clone(), stream, consumer.clone(), shutdown.clone()));
     let durable_acks = DurableAcks::default();
     // Not `shutdown`: the barriers go on until the last batch's messages are acknowledged.
     let acks_finished = CancellationToken::new();
@@ -177,6 +184,7 @@ pub async fn run_watched(
     }
     merger.abort();
     indexer.abort();
+    ledger.abort();
     // Ends by itself with `shutdown`, withdrawing any report it made.
     let _ = reporter.await;
     acks_finished.cancel();

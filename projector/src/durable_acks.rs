@@ -39,10 +39,21 @@ const BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
 const RECONNECT_AFTER: Duration = Duration::from_millis(500);
 
 /// Commits synchronously whatever went before it, on whatever `synchronous_commit` the
-/// server is configured with: `pg_current_xact_id()` gives the transaction an id, so
-/// its commit writes a commit record and waits for its flush (and, with synchronous
-/// standbys configured, for theirs).
-const BARRIER: &str = "begin; set local synchronous_commit = on; select pg_current_xact_id(); commit";
+/// server is configured with. The transaction must write WAL before its commit record:
+/// PostgreSQL flushes at commit only for a transaction that did, and one that only took an
+/// id (`select pg_current_xact_id()`, as this barrier once did) commits without flushing
+/// anything, so its batches were acknowledged with their commits still in memory, lost by
+/// a crash. `read_model_flush` writes this process's row of `read_model_flushes` and sets
+/// the commit synchronous (`migrations/…_feed_positions_across_histories.sql`).
+fn barrier_sql(process: &str) -> String {
+    format!("begin; select read_model_flush('{process}'); commit")
+}
+
+/// A name of this process's own for its barrier's row: letters and digits only, so it is
+/// written into the statement as it is.
+fn process_name() -> String {
+    format!("lectern-projector-{}", uuid::Uuid::new_v4().simple())
+}
 
 /// The connection that witnessed a batch's commit, by generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +180,9 @@ impl DurableAcks {
 /// statements run in one round trip. (`sqlx::raw_sql` would do the same, but its future
 /// trips the compiler's higher-ranked lifetime check inside a spawned task.)
 pub async fn flush_barrier(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
-    connection.execute(BARRIER).await.map(drop)
+    static BARRIER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let barrier = BARRIER.get_or_init(|| barrier_sql(&process_name()));
+    connection.execute(barrier.as_str()).await.map(drop)
 }
 
 async fn acknowledge(flushed: Vec<Committed>) {

@@ -14,6 +14,7 @@
 //! - [`pull`]: one pull from the consumer, and when to stop waiting for it.
 //! - [`apply`]: one batch into the read model, in one transaction.
 //! - [`durable_acks`]: acknowledging batches once their commits are flushed.
+//! - [`ledger`]: what the read model holds of the stream, and the events it lost applied again.
 //! - [`in_hand`]: keeping the messages of a slow batch from being redelivered.
 //! - [`stuck`]: batches that do not commit, shown to readiness, metrics and `status`.
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
@@ -35,6 +36,7 @@ pub mod durable_acks;
 pub mod error;
 pub mod history;
 pub mod in_hand;
+pub mod ledger;
 pub mod metrics;
 pub mod operations;
 pub mod pending_lists;

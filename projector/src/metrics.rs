@@ -16,6 +16,7 @@ pub mod names {
     pub const APPLY_RETRIES: &str = "lectern_projector_apply_retries_total";
     pub const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
     pub const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
+    pub const APPLIED_AGAIN: &str = "lectern_projector_events_applied_again_total";
     pub const STUCK_BATCHES: &str = "lectern_projector_batches_stuck";
     pub const LAST_VERIFY_TIME: &str = "lectern_projector_last_verify_timestamp_seconds";
     pub const LAST_VERIFY_DRIFTED: &str = "lectern_projector_last_verify_drifted_records";
@@ -66,6 +67,12 @@ pub fn record_flush_wait(waited: Duration) {
 /// commit (the barrier's connection was lost).
 pub fn record_handed_back(messages: usize) {
     metrics::counter!(names::HANDED_BACK).increment(messages as u64);
+}
+
+/// Events applied again because the database had lost them though JetStream saw them
+/// acknowledged ([`crate::ledger`]).
+pub fn record_applied_again(events: u64) {
+    metrics::counter!(names::APPLIED_AGAIN).increment(events);
 }
 
 /// Batches in hand longer than the stuck bound ([`crate::stuck`]); above 0, events are

@@ -172,8 +172,22 @@ impl Batch {
         table: &str,
         commit: Commit,
     ) -> Result<(), sqlx::Error> {
-        let sql = upsert_sql(table, DATA_COLUMNS, commit);
-        self.keys
+        self.write_recording(connection, table, commit, None).await
+    }
+
+    /// Writes every row into `table`, as [`Batch::write_to`] does, and in the same
+    /// statement records `applied`, the stream sequences the rows come from, as applied
+    /// ([`crate::APPLIED`]).
+    pub async fn write_recording(
+        &self,
+        connection: &mut PgConnection,
+        table: &str,
+        commit: Commit,
+        applied: Option<&[i64]>,
+    ) -> Result<(), sqlx::Error> {
+        let sql = upsert_sql(table, DATA_COLUMNS, commit, applied.is_some());
+        let query = self
+            .keys
             .bound(&sql)
             .bind(&self.name)
             .bind(&self.sku)
@@ -184,9 +198,11 @@ impl Batch {
             .bind(&self.sale_price_currency)
             .bind(&self.purchase_price_amount)
             .bind(&self.purchase_price_currency)
-            .bind(&self.created_at)
-            .execute(connection)
-            .await?;
+            .bind(&self.created_at);
+        match applied {
+            Some(applied) => query.bind(applied).execute(connection).await?,
+            None => query.execute(connection).await?,
+        };
         Ok(())
     }
 }

@@ -25,6 +25,9 @@ pub enum Commit {
     WithTheTransaction,
     /// The statement is its own transaction, committed without waiting for its flush.
     OnItsOwnBeforeFlush,
+    /// The statement is its own transaction, whose commit returns once flushed, whatever
+    /// the server's own `synchronous_commit` is.
+    OnItsOwnFlushed,
 }
 
 impl Commit {
@@ -35,9 +38,8 @@ impl Commit {
     fn setting(self) -> &'static str {
         match self {
             Self::WithTheTransaction => "",
-            Self::OnItsOwnBeforeFlush => {
-                "commit_before_flush as (select set_config('synchronous_commit', 'off', true)), "
-            }
+            Self::OnItsOwnBeforeFlush => "commit_mode as (select set_config('synchronous_commit', 'off', true)), ",
+            Self::OnItsOwnFlushed => "commit_mode as (select set_config('synchronous_commit', 'on', true)), ",
         }
     }
 
@@ -46,7 +48,7 @@ impl Commit {
     fn source(self) -> &'static str {
         match self {
             Self::WithTheTransaction => "",
-            Self::OnItsOwnBeforeFlush => "commit_before_flush, ",
+            Self::OnItsOwnBeforeFlush | Self::OnItsOwnFlushed => "commit_mode, ",
         }
     }
 }
@@ -140,15 +142,29 @@ const KEY_COLUMNS: [Written; 4] = [
     Written::as_sent("status", "text"),
 ];
 
-/// The names of the key's columns and of `data`: every column a batch writes (the
-/// change's transaction comes from the column's default).
+/// The names of the key's columns and of `data`: every column a batch writes but the
+/// change's position, which the statement computes.
 fn names(data: &[Written]) -> Vec<&'static str> {
     KEY_COLUMNS.iter().chain(data).map(|written| written.column).collect()
 }
 
-/// The column that orders the changes feed, with the record's id: the id of the
-/// transaction that last wrote the row (`migrations/…_feed_transaction_ids.sql`).
+/// The column that orders the changes feed, with the record's id: the feed position of
+/// the transaction that last wrote the row, its id offset by the server history it ran in
+/// (`migrations/…_feed_positions_across_histories.sql`).
 pub const CHANGE_TRANSACTION: &str = "change_xid";
+
+/// The table where the projector's live writes record the stream sequences they applied,
+/// in the same statement as the rows (`migrations/…_stream_ledger.sql`).
+pub const APPLIED: &str = "read_model_applied";
+
+/// The statement that records `$1`, an array of stream sequences, as applied.
+pub const RECORD_APPLIED_SQL: &str =
+    "insert into read_model_applied (sequences) select range_agg(int8range(s, s, '[]')) from unnest($1::int8[]) as s";
+
+/// The feed position of what the writing transaction writes (`read_model_position()`,
+/// `migrations/…_feed_positions_across_histories.sql`), as a sub-select: PostgreSQL
+/// evaluates it once per statement, not once per row.
+const POSITION: &str = "(select read_model_position())";
 
 /// The batch upsert of `table`: one `unnest` of each column's array (the key's four,
 /// then `data`, bound in that order), guarded by the version, so duplicates,
@@ -156,10 +172,13 @@ pub const CHANGE_TRANSACTION: &str = "change_xid";
 /// takes the winning row's value: a tombstone (archived or deleted, which carry no data)
 /// holds none, so the row is a function of the highest version alone.
 ///
-/// Every row written also takes the writing transaction's id (the column's default, set
-/// again on conflict), which orders the changes feed. No lock is taken for it: the feed
-/// serves a transaction's rows only once every older writing transaction has ended.
-fn upsert_sql(table: &str, data: &[Written], commit: Commit) -> String {
+/// Every row written also takes the writing transaction's feed position, which orders the
+/// changes feed. No lock is taken for it: the feed serves a transaction's rows only once
+/// every older writer of the read model has ended.
+///
+/// With `records_applied`, the statement also records the stream sequences bound after
+/// `data` as applied ([`APPLIED`]), in the same transaction as the rows.
+fn upsert_sql(table: &str, data: &[Written], commit: Commit, records_applied: bool) -> String {
     let written: Vec<&Written> = KEY_COLUMNS.iter().chain(data).collect();
     let columns: Vec<&str> = written.iter().map(|column| column.column).collect();
     let arrays: Vec<String> =
@@ -168,12 +187,21 @@ fn upsert_sql(table: &str, data: &[Written], commit: Commit) -> String {
     let incoming: Vec<String> = columns.iter().map(|column| format!("incoming.{column}")).collect();
     let updates: Vec<String> =
         data.iter().map(|Written { column, .. }| format!("{column} = excluded.{column}")).collect();
+    let applied = if records_applied {
+        format!(
+            "applied as (insert into {APPLIED} (sequences) select range_agg(int8range(s, s, '[]')) \
+             from unnest(${}::int8[]) as s), ",
+            written.len() + 1
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "with {setting}incoming as (
-             select {selected} from {source}unnest({arrays}) as u({columns})
+        "with {setting}{applied}incoming as (
+             select {selected}, {POSITION} as {CHANGE_TRANSACTION} from {source}unnest({arrays}) as u({columns})
          )
-         insert into {table} as t ({columns})
-         select {incoming} from incoming
+         insert into {table} as t ({columns}, {CHANGE_TRANSACTION})
+         select {incoming}, incoming.{CHANGE_TRANSACTION} from incoming
          on conflict (workspace_id, id) do update set
              version = excluded.version, status = excluded.status, {updates},
              {CHANGE_TRANSACTION} = excluded.{CHANGE_TRANSACTION}
@@ -254,17 +282,27 @@ mod tests {
     #[test]
     fn the_upsert_lists_every_column_once_and_binds_one_array_each() {
         let data = [Written::as_sent("name", "text"), Written::cast("amount", "text", "numeric")];
-        let sql = upsert_sql("items", &data, Commit::WithTheTransaction);
-        assert!(sql.contains("insert into items as t (workspace_id, id, version, status, name, amount)"), "{sql}");
+        let sql = upsert_sql("items", &data, Commit::WithTheTransaction, false);
         assert!(
-            sql.contains("select u.workspace_id, u.id, u.version, u.status, u.name, u.amount::numeric from"),
+            sql.contains("insert into items as t (workspace_id, id, version, status, name, amount, change_xid)"),
             "{sql}"
         );
+        assert!(sql.contains("select u.workspace_id, u.id, u.version, u.status, u.name, u.amount::numeric, "), "{sql}");
         assert!(
             sql.contains("unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::text[], $6::text[])"),
             "{sql}"
         );
         assert!(sql.contains("name = excluded.name, amount = excluded.amount"), "{sql}");
+        assert!(!sql.contains(APPLIED), "records nothing unless asked: {sql}");
+    }
+
+    #[test]
+    fn the_position_is_taken_once_per_statement_and_the_applied_sequences_follow_the_data() {
+        let data = [Written::as_sent("name", "text")];
+        let sql = upsert_sql("items", &data, Commit::OnItsOwnBeforeFlush, true);
+        assert!(sql.contains("(select read_model_position()) as change_xid"), "{sql}");
+        assert!(sql.contains(&format!("insert into {APPLIED} (sequences)")), "{sql}");
+        assert!(sql.contains("unnest($6::int8[]) as s"), "the sequences are the parameter after the data: {sql}");
     }
 
     mod cast {

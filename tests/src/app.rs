@@ -173,8 +173,8 @@ impl TestApp {
 
     /// Waits until the feed serves every change committed so far to the read model, and
     /// the app has heard the notification of each, where it knows a feed's head at all.
-    /// The feed serves a change once every older writing transaction on the server has
-    /// ended (another test's open transaction holds it back for a moment), and an empty
+    /// The feed serves a change once every older writer of the read model has ended (the
+    /// feed's bound), and an empty
     /// poll is answered from what the app has heard, which follows a commit by the
     /// notification's delivery: a test that writes and then polls at once would
     /// otherwise race both.
@@ -190,14 +190,14 @@ impl TestApp {
         .expect("read the feeds' newest transactions");
         let newest = heads.iter().map(|(_, _, newest)| *newest).max().unwrap_or(0);
         loop {
-            let horizon: i64 = sqlx::query_scalar("select pg_snapshot_xmin(pg_current_snapshot())::text::int8")
+            let bound: i64 = sqlx::query_scalar("select bound from read_model_feed_bound()")
                 .fetch_one(&self.pool)
                 .await
-                .expect("read the horizon");
-            if horizon > newest {
+                .expect("read the feed's bound");
+            if bound > newest {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "transaction {newest} was not below the horizon in 10 s");
+            assert!(tokio::time::Instant::now() < deadline, "position {newest} was not below the feed's bound in 10 s");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let Some(state) = &self.state else { return };

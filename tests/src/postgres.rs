@@ -46,6 +46,12 @@ impl TestPostgres {
         Self::new(PrivatePostgres::start_new(TEST_SETTINGS).await.unwrap_or_else(fail))
     }
 
+    /// [`TestPostgres::start_new`] with `extra` settings after the tests' own.
+    pub async fn start_new_with(extra: &str) -> Self {
+        let settings = format!("{TEST_SETTINGS}{extra}");
+        Self::new(PrivatePostgres::start_new(&settings).await.unwrap_or_else(fail))
+    }
+
     /// Creates a fresh cluster, as [`TestPostgres::start_new`], that standbys can stream
     /// from ([`TestPostgres::start_standby`]), and starts it.
     pub async fn start_primary() -> Self {
@@ -135,6 +141,11 @@ impl TestPostgres {
     /// Starts the stopped server again, on the same port, with the same data.
     pub async fn start(&mut self) {
         self.server.start().await.unwrap_or_else(fail);
+    }
+
+    /// Promotes this standby (`pg_ctl promote`): a failover. Returns once it takes writes.
+    pub async fn promote(&self) {
+        self.server.promote().await.unwrap_or_else(fail);
     }
 
     /// The server's log so far, for failure messages.

@@ -105,6 +105,24 @@ impl ContactSeed {
     /// Writes the row through the projector's own batch, as a newer version of it when
     /// the id exists.
     pub async fn insert(&self, pool: &PgPool, workspace_id: Uuid) -> Uuid {
+        self.write(pool, workspace_id, Commit::WithTheTransaction).await
+    }
+
+    /// [`ContactSeed::insert`], committed as `commit` says (as the projector commits:
+    /// [`Commit::OnItsOwnBeforeFlush`]).
+    pub async fn write(&self, pool: &PgPool, workspace_id: Uuid, commit: Commit) -> Uuid {
+        let mut connection = pool.acquire().await.expect("a connection to seed with");
+        self.batch(workspace_id).write(&mut connection, commit).await.expect("insert contact");
+        self.id
+    }
+
+    /// [`ContactSeed::insert`] inside the caller's open transaction on `connection`.
+    pub async fn write_in(&self, connection: &mut sqlx::PgConnection, workspace_id: Uuid) -> Uuid {
+        self.batch(workspace_id).write(connection, Commit::WithTheTransaction).await.expect("insert contact");
+        self.id
+    }
+
+    fn batch(&self, workspace_id: Uuid) -> contacts::Batch {
         let mut data = ContactData::new(self.name.clone(), self.created_at.into());
         data.email.clone_from(&self.email);
         data.phone.clone_from(&self.phone);
@@ -114,9 +132,7 @@ impl ContactSeed {
         data.is_supplier = self.is_supplier;
         let mut batch = contacts::Batch::default();
         batch.push(seed_key(workspace_id, self.id, self.status), Some(&data));
-        let mut connection = pool.acquire().await.expect("a connection to seed with");
-        batch.write(&mut connection, Commit::WithTheTransaction).await.expect("insert contact");
-        self.id
+        batch
     }
 }
 

@@ -1,5 +1,5 @@
 //! The changes feed's queries: a workspace's rows after a position, in the order of the
-//! transactions that wrote them, and the horizon below which every transaction has ended.
+//! transactions that wrote them, below the feed's bound (see `feed::bound`).
 
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::connections::{PlanMode, ReadError};
 use super::listing::Resource;
 use super::replicas::{Reads, WalPosition, READ_POSITION};
+use crate::feed::bound::Bound;
 use crate::feed::FeedPosition;
 use lectern_read_model::CHANGE_TRANSACTION;
 
@@ -21,9 +22,9 @@ pub struct ChangedRow {
 
 /// What one look at a feed found.
 pub struct Changes {
-    /// The rows after the position asked for, below the horizon, in feed order.
+    /// The rows after the position asked for, below the bound, in feed order.
     pub rows: Vec<ChangedRow>,
-    /// Every writing transaction with a smaller id had ended when the rows were read.
+    /// The bound the rows were read below: every row under it is final.
     pub horizon: i64,
     /// The newest transaction that wrote a row of the feed and had committed by then,
     /// served or not yet (0: the feed has no row); `None` when it was not read (see
@@ -34,16 +35,17 @@ pub struct Changes {
 }
 
 /// The statement of a feed page; public so benchmarks run the very same SQL. Binds the
-/// workspace, the position after which to start (transaction, id) and the number of rows.
+/// workspace, the position after which to start (transaction, id), the number of rows and
+/// the bound.
 ///
-/// Always one row at least: the horizon, the feed's newest transaction and the position
+/// Always one row at least: the bound, the feed's newest transaction and the position
 /// read at, with the page's rows (or nulls where there is none) beside them.
 pub fn changes_sql<R: Resource>() -> String {
     // The record's columns first, where `Resource::record` reads them; the last six
     // where `fetch_changes` reads them.
     format!(
         "select page.*, feed.horizon, feed.newest, {READ_POSITION} from \
-         (select pg_snapshot_xmin(pg_current_snapshot())::text::int8 as horizon, \
+         (select $5::int8 as horizon, \
                  (select {CHANGE_TRANSACTION} from {table} where workspace_id = $1 \
                   order by {CHANGE_TRANSACTION} desc limit 1) as newest) as feed \
          left join lateral \
@@ -55,10 +57,6 @@ pub fn changes_sql<R: Resource>() -> String {
     )
 }
 
-/// The horizon as a sub-select: PostgreSQL computes it once per statement (an init plan),
-/// so that it bounds the index scan and is returned with every row at no cost per row.
-const HORIZON: &str = "(select pg_snapshot_xmin(pg_current_snapshot())::text::int8)";
-
 /// The statement of a feed page whose head the process already knows: the page's rows
 /// alone, each with the horizon, without the feed's newest transaction and without the
 /// join that keeps a row when the page is empty. The same columns as [`changes_sql`]
@@ -68,21 +66,16 @@ const HORIZON: &str = "(select pg_snapshot_xmin(pg_current_snapshot())::text::in
 pub fn page_sql<R: Resource>() -> String {
     format!(
         "select {columns}, {CHANGE_TRANSACTION} as changed_in, status = 'active' as active, id as changed_id, \
-         {HORIZON} as horizon, null::int8 as newest, {READ_POSITION} \
+         $5::int8 as horizon, null::int8 as newest, {READ_POSITION} \
          from {table} where workspace_id = $1 and ({CHANGE_TRANSACTION}, id) > ($2, $3) \
-         and {CHANGE_TRANSACTION} < {HORIZON} order by {CHANGE_TRANSACTION}, id limit $4",
+         and {CHANGE_TRANSACTION} < $5 order by {CHANGE_TRANSACTION}, id limit $4",
         columns = R::COLUMNS,
         table = R::NAME,
     )
 }
 
-/// The statement of the horizon alone, for `since=latest`, with the position read at.
-pub fn horizon_sql() -> String {
-    format!("select pg_snapshot_xmin(pg_current_snapshot())::text::int8, {READ_POSITION}")
-}
-
-/// Up to `rows` rows of `workspace_id` after `after`, in feed order, below the horizon,
-/// read where at least `seen` is replayed. When the process knows the feed's head
+/// Up to `rows` rows of `workspace_id` after `after`, in feed order, below `bound`, read
+/// where at least `seen` and the bound's own WAL position are replayed. When the process knows the feed's head
 /// (`head_known`), the page's rows alone are read ([`page_sql`]), and the feed's newest
 /// transaction is not; the whole statement ([`changes_sql`]) only when that finds none,
 /// since only it tells the horizon of an empty page.
@@ -92,31 +85,38 @@ pub async fn fetch_changes<R: Resource>(
     after: FeedPosition,
     rows: i64,
     seen: WalPosition,
+    bound: Bound,
     head_known: bool,
 ) -> Result<Changes, ReadError> {
+    let reading = Reading { workspace_id, after, rows, seen: seen.max(bound.wal), bound: bound.position };
     if head_known {
-        let changes = read_changes(reads, &page_sql::<R>(), workspace_id, after, rows, seen).await?;
+        let changes = read_changes(reads, &page_sql::<R>(), &reading).await?;
         if !changes.rows.is_empty() {
             return Ok(changes);
         }
     }
-    let mut changes = read_changes(reads, &changes_sql::<R>(), workspace_id, after, rows, seen).await?;
+    let mut changes = read_changes(reads, &changes_sql::<R>(), &reading).await?;
     changes.newest = Some(changes.newest.unwrap_or(0));
     Ok(changes)
 }
 
-/// The rows `sql` (either statement) finds.
-async fn read_changes(
-    reads: &Reads,
-    sql: &str,
+/// What one statement of a page reads.
+#[derive(Clone, Copy)]
+struct Reading {
     workspace_id: Uuid,
     after: FeedPosition,
     rows: i64,
     seen: WalPosition,
-) -> Result<Changes, ReadError> {
+    bound: i64,
+}
+
+/// The rows `sql` (either statement) finds.
+async fn read_changes(reads: &Reads, sql: &str, reading: &Reading) -> Result<Changes, ReadError> {
+    let Reading { workspace_id, after, rows, seen, bound } = *reading;
     let read = reads
         .fetch_for(workspace_id, seen, |connections| {
-            let query = sqlx::query(sql).bind(workspace_id).bind(after.transaction).bind(after.id).bind(rows);
+            let query =
+                sqlx::query(sql).bind(workspace_id).bind(after.transaction).bind(after.id).bind(rows).bind(bound);
             connections.fetch_for(workspace_id, PlanMode::Generic, query)
         })
         .await?;
@@ -136,17 +136,4 @@ async fn read_changes(
         }
     }
     Ok(changes)
-}
-
-/// The horizon now (every writing transaction with a smaller id has ended), and where
-/// in the WAL it was read.
-pub async fn horizon(reads: &Reads, workspace_id: Uuid) -> Result<(i64, WalPosition), ReadError> {
-    let sql = horizon_sql();
-    let read = reads
-        .fetch_for(workspace_id, 0, |connections| {
-            connections.fetch_for(workspace_id, PlanMode::Generic, sqlx::query(&sql))
-        })
-        .await?;
-    let horizon = read.rows.first().map(|row| row.try_get::<i64, _>(0)).transpose()?;
-    Ok((horizon.unwrap_or(0), read.position.unwrap_or(0)))
 }

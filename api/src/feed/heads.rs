@@ -199,14 +199,28 @@ impl FeedHeads {
 
     /// Makes `key`'s head known in `epoch` and at least `newest`: a head of an earlier
     /// epoch says nothing, so it is replaced rather than raised.
+    ///
+    /// Only a head that moves wakes the feed's watches: a query that learnt what was known
+    /// already must not wake every request waiting on the feed, each of which would look
+    /// again and learn it again.
     fn raise(&self, key: FeedKey, epoch: u64, newest: i64) {
-        self.update(key, true, |head| {
-            if head.epoch == epoch {
-                head.newest = head.newest.max(newest);
-            } else {
-                *head = Head { newest, epoch };
-            }
-        });
+        let mut heads = self.lock();
+        if let Some(head) = heads.get(&key) {
+            head.send_if_modified(|head| {
+                if head.epoch != epoch {
+                    *head = Head { newest, epoch };
+                    true
+                } else if newest > head.newest {
+                    head.newest = newest;
+                    true
+                } else {
+                    false
+                }
+            });
+            return;
+        }
+        make_room(&mut heads);
+        heads.insert(key, watch::Sender::new(Head { newest, epoch }));
     }
 
     /// A watch on `key`'s head, to take before looking for changes so that none

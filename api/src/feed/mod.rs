@@ -14,9 +14,11 @@
 //! # Layout
 //! - [`params`]: `since`, `limit`, `wait`.
 //! - [`token`]: signed sync tokens.
+//! - [`bound`]: the position below which every row is committed, durable and final.
 //! - [`heads`]: each feed's newest position, kept by notifications; waiting requests.
 //! - [`read_ahead`]: the page after a full one, read before its client asks.
 
+pub mod bound;
 pub mod heads;
 pub mod params;
 pub mod read_ahead;
@@ -28,13 +30,15 @@ use lectern_schema::json::{write_str, WriteJson};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::db::changes::{fetch_changes, horizon, ChangedRow};
+use crate::db::changes::{fetch_changes, ChangedRow};
 use crate::db::listing::Resource;
 use crate::db::replicas::WalPosition;
 use crate::error::ApiError;
 use crate::http::request_id::RequestId;
 use crate::http::AppState;
+use crate::keys::Principal;
 use crate::operations::names::FEED_EMPTY_POLLS as EMPTY_POLLS;
+use bound::Bound;
 use heads::{FeedKey, Waiting};
 use params::{FeedLimit, Since, WaitSeconds};
 use read_ahead::{PageKey, ReadPage};
@@ -63,11 +67,6 @@ impl FeedPosition {
     }
 }
 
-/// How long a request waits before looking again for rows committed but not yet served
-/// (an older writing transaction is still running). No notification says when that
-/// transaction ends, so it is looked for on a timer.
-const NOT_YET_SERVED_RECHECK: std::time::Duration = std::time::Duration::from_millis(20);
-
 /// The validated query of a feed operation.
 #[derive(Debug)]
 pub struct ChangesParams {
@@ -81,19 +80,23 @@ const CHANGE_BYTES: usize = 448;
 /// Room for the body around `data`: the token, the request id.
 const ENVELOPE_BYTES: usize = 256;
 
-/// The body of one feed page of `R` in `workspace_id`.
+/// The body of one feed page of `R` in the workspace of `caller`'s key. A request that
+/// waits checks the key again whenever a key changes and before it answers: a key revoked
+/// while it waits is refused then, and nothing changed after the revocation is served.
 pub async fn changes_page<R: Resource>(
     state: &AppState,
-    workspace_id: Uuid,
+    caller: &Principal,
     params: ChangesParams,
 ) -> Result<Vec<u8>, ApiError> {
+    let workspace_id = caller.workspace_id;
+    let began = std::time::Instant::now();
     let feed = Feed::<R> { state, scope: FeedScope { resource: R::NAME, workspace_id }, resource: PhantomData };
     // `seen`: the WAL position the client's last page was read at; no later page is read
     // anywhere that has not replayed it.
     let (mut since, mut seen) = match &params.since {
         None => (FeedPosition::START, 0),
         Some(Since::Latest) => {
-            let (latest, read_at) = feed.latest().await?;
+            let (latest, read_at) = feed.latest(began).await?;
             return feed.body(write_data::<R>(&[])?, false, latest, read_at);
         }
         Some(Since::Token(token)) => {
@@ -102,10 +105,16 @@ pub async fn changes_page<R: Resource>(
     };
     let deadline = Instant::now() + params.wait.duration();
     let mut waiting: Option<Waiting> = None;
+    let mut keys = state.authenticator.watch_keys();
     loop {
-        // Taken before looking, so that a change committed after the look wakes it.
+        if waiting.is_some() {
+            state.authenticator.still_valid(caller).await?;
+        }
+        // Taken before looking, so that a change committed after the look wakes it, and a
+        // bound that moves after the look lets it see what was committed but not final.
         let mut watch = state.feed_heads.watch(feed.key());
-        let not_yet_served = match feed.look(since, seen, params.limit.get()).await? {
+        let mut bound = state.feed_bound.watch();
+        let not_yet_served = match feed.look(since, seen, params.limit.get(), began).await? {
             Look::Page(page) => return Ok(page),
             Look::Nothing { caught_up, not_yet_served, read_at } => {
                 since = caught_up;
@@ -125,8 +134,14 @@ pub async fn changes_page<R: Resource>(
             () = state.shutdown.cancelled() => break,
             () = tokio::time::sleep_until(deadline) => break,
             () = watch.changed() => {}
-            () = tokio::time::sleep(NOT_YET_SERVED_RECHECK), if not_yet_served => {}
+            // Rows committed but not yet below the bound (an older writer of the read model
+            // is still running): the one sampler of the process moves it, for every waiter.
+            () = bound.moved(), if not_yet_served => {}
+            () = keys.changed() => {}
         }
+    }
+    if waiting.is_some() {
+        state.authenticator.still_valid(caller).await?;
     }
     feed.body(write_data::<R>(&[])?, false, since, seen)
 }
@@ -176,16 +191,26 @@ impl<R: Resource> Feed<'_, R> {
         (self.scope.resource, self.scope.workspace_id)
     }
 
-    /// The position of `since=latest` (after every transaction that has ended), and the
-    /// WAL position it was read at.
-    async fn latest(&self) -> Result<(FeedPosition, WalPosition), ApiError> {
-        let (horizon, read_at) = horizon(&self.state.reads, self.scope.workspace_id).await?;
-        Ok((FeedPosition::below(horizon), read_at))
+    /// The position of `since=latest`: after every change committed before the request
+    /// `began` that no older writer of the read model holds back (a bound sampled since),
+    /// and the WAL position a replica must have replayed to serve from it.
+    async fn latest(&self, began: std::time::Instant) -> Result<(FeedPosition, WalPosition), ApiError> {
+        let bound = self.state.feed_bound.sampled_since(&self.state.pool, began).await?;
+        Ok((FeedPosition::below(bound.position), bound.wal))
     }
 
     /// The page of up to `limit` changes after `since`, or how far there is nothing: from
     /// memory when the feed's newest transaction is known to be at or before `since`.
-    async fn look(&self, since: FeedPosition, seen: WalPosition, limit: usize) -> Result<Look, ApiError> {
+    /// A page that reaches the bound reflects every commit made and announced before the
+    /// request `began` that no older writer of the read model still holds back: when such a
+    /// change is past its bound, it is read again below one sampled since.
+    async fn look(
+        &self,
+        since: FeedPosition,
+        seen: WalPosition,
+        limit: usize,
+        began: std::time::Instant,
+    ) -> Result<Look, ApiError> {
         let heads = &self.state.feed_heads;
         let known = heads.known(self.key());
         if known.is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
@@ -195,16 +220,26 @@ impl<R: Resource> Feed<'_, R> {
         // One row more than the page tells whether more are ready.
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
         let key = PageKey { feed: self.key(), after: since, rows };
-        let (ticket, changes, written) = match self.state.read_ahead.take(&key, heads).await {
-            Some((ticket, read)) => (ticket, read.changes, Some(read.data)),
-            None => {
-                let ticket = heads.ticket();
-                let workspace_id = self.scope.workspace_id;
-                let changes =
-                    fetch_changes::<R>(&self.state.reads, workspace_id, since, rows, seen, known.is_some()).await?;
-                (ticket, changes, None)
-            }
+        let read = |bound| async move {
+            let ticket = heads.ticket();
+            let workspace_id = self.scope.workspace_id;
+            let changes =
+                fetch_changes::<R>(&self.state.reads, workspace_id, since, rows, seen, bound, known.is_some()).await?;
+            Ok::<_, ApiError>((ticket, changes, None))
         };
+        let (mut ticket, mut changes, mut written) = match self.state.read_ahead.take(&key, heads).await {
+            Some((ticket, read)) => (ticket, read.changes, Some(read.data)),
+            None => read(self.state.feed_bound.for_reading(&self.state.pool).await?).await?,
+        };
+        // A change at or past the bound read below is committed but was not let through:
+        // if the bound is older than the request, one sampled since may let it through.
+        let newest = changes.newest.or(known).unwrap_or(i64::MAX);
+        if changes.rows.len() <= limit && newest >= changes.horizon {
+            let fresh = self.state.feed_bound.sampled_since(&self.state.pool, began).await?;
+            if fresh.position > changes.horizon {
+                (ticket, changes, written) = read(fresh).await?;
+            }
+        }
         if let Some(newest) = changes.newest {
             heads.learn(self.key(), ticket, newest);
         }
@@ -225,7 +260,7 @@ impl<R: Resource> Feed<'_, R> {
         };
         let position = if has_more { last.position } else { read_to(last.position) };
         if has_more {
-            self.read_ahead(PageKey { after: position, ..key }, changes.read_at);
+            self.read_ahead(PageKey { after: position, ..key }, changes.read_at, changes.horizon);
         }
         let data = match written {
             Some(data) => data,
@@ -236,12 +271,15 @@ impl<R: Resource> Feed<'_, R> {
 
     /// Starts reading the page `key`, and writing its entries, for the client that will
     /// ask for it next: both then happen while this page is sent and read.
-    fn read_ahead(&self, key: PageKey, seen: WalPosition) {
+    fn read_ahead(&self, key: PageKey, seen: WalPosition, horizon: i64) {
         let reads = self.state.reads.clone();
+        // The bound this page was read below, or a newer one: either serves the page after.
+        let bound = Bound { position: horizon, wal: seen };
+        let bound = self.state.feed_bound.current().filter(|known| known.position > horizon).unwrap_or(bound);
         let read = async move {
             let (workspace_id, after, rows) = (key.feed.1, key.after, key.rows);
             // This page's read found the head known, or learnt it.
-            let changes = fetch_changes::<R>(&reads, workspace_id, after, rows, seen, true)
+            let changes = fetch_changes::<R>(&reads, workspace_id, after, rows, seen, bound, true)
                 .await
                 .map_err(|error| tracing::debug!(error = %error, "a feed page read ahead failed; its request reads it again"))
                 .ok()?;

@@ -153,7 +153,7 @@ impl ContactsApi {
         wait: Query<WaitSeconds>,
     ) -> Result<JsonBody<ContactChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
-        Ok(JsonBody::assembled(changes_page::<Contacts>(&state, key.0.workspace_id, params).await?))
+        Ok(JsonBody::assembled(changes_page::<Contacts>(&state, &key.0, params).await?))
     }
 
     /// Retrieve an active contact

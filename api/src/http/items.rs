@@ -153,7 +153,7 @@ impl ItemsApi {
         wait: Query<WaitSeconds>,
     ) -> Result<JsonBody<ItemChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
-        Ok(JsonBody::assembled(changes_page::<Items>(&state, key.0.workspace_id, params).await?))
+        Ok(JsonBody::assembled(changes_page::<Items>(&state, &key.0, params).await?))
     }
 
     /// Retrieve an active item

@@ -127,7 +127,9 @@ impl Application {
             authenticator.clone(),
             self.state.first_pages.clone(),
             self.state.feed_heads.clone(),
+            self.state.feed_bound.clone(),
         ];
+        let bound_sampler = tokio::spawn(self.state.feed_bound.clone().keep(self.state.pool.clone()));
         let replica_monitor = tokio::spawn(self.state.reads.clone().watch());
         let listener =
             tokio::spawn(notifications::follow(self.state.pool.clone(), caches, self.state.change_listener.clone()));
@@ -148,6 +150,7 @@ impl Application {
         };
         let result = server::serve(self.listener, app(self.state), self.limits, shutdown).await;
         listener.abort();
+        bound_sampler.abort();
         replica_monitor.abort();
         flusher.abort();
         forgetter.abort();

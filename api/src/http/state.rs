@@ -17,6 +17,7 @@ use crate::db::notifications::ListenerHealth;
 use crate::db::replicas::{Reads, ReplicaTarget};
 use crate::db::workspace_sizes::{WalkSettings, WorkspaceSizes};
 use crate::db::PoolSettings;
+use crate::feed::bound::FeedBound;
 use crate::feed::heads::FeedHeads;
 use crate::feed::read_ahead::ReadAhead;
 use crate::feed::token::SyncTokens;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub sync_tokens: SyncTokens,
     /// Each feed's newest position, kept by the same notifications as the first pages.
     pub feed_heads: Arc<FeedHeads>,
+    /// The position below which feed pages serve rows, sampled by one task.
+    pub feed_bound: Arc<FeedBound>,
     /// Feed pages read before their clients ask for them.
     pub read_ahead: ReadAhead,
     /// Cancelled when the server begins to shut down: long polls answer at once.
@@ -95,6 +98,7 @@ impl AppState {
             sync_tokens: SyncTokens::new(settings.cursor_secret.clone()),
             cursors: CursorSigner::new(settings.cursor_secret, settings.cursor_lifetime),
             feed_heads: Arc::default(),
+            feed_bound: Arc::default(),
             read_ahead: ReadAhead::default(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             rate_limits: RateLimits::new(settings.per_key, settings.lookups_per_address),

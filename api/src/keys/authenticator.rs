@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::store::{self, AuthRecord};
@@ -40,6 +41,21 @@ const REVOKED: &str = "The API key has been revoked.";
 const EXPIRED: &str = "The API key has expired.";
 const LIVE_ONLY: &str = "This is a test key; this deployment serves live keys only.";
 const TEST_ONLY: &str = "This is a live key; this deployment serves test keys only.";
+
+/// A request's view of key changes, from [`Authenticator::watch_keys`].
+pub struct KeyChanges {
+    receiver: watch::Receiver<u64>,
+}
+
+impl KeyChanges {
+    /// Returns once a key's record has changed since this view was taken or last returned.
+    pub async fn changed(&mut self) {
+        if self.receiver.changed().await.is_err() {
+            // The authenticator outlives every request; without it nothing changes.
+            std::future::pending::<()>().await;
+        }
+    }
+}
 
 /// Who is calling: the workspace every query is confined to, and what they may read.
 #[derive(Clone, Debug)]
@@ -73,6 +89,9 @@ pub struct Authenticator {
     /// a key whose presented secret matches is not charged to its address.
     verified: RwLock<HashMap<String, Vec<u8>>>,
     last_used: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Moves on every eviction: requests that wait (a long poll) watch it, so that a key
+    /// revoked meanwhile is refused at once rather than when the wait ends.
+    evictions: watch::Sender<u64>,
 }
 
 impl Invalidated for Authenticator {
@@ -88,12 +107,16 @@ impl Invalidated for Authenticator {
         let mut cache = self.write_cache();
         cache.remove(key_id);
         self.generation.fetch_add(1, Ordering::AcqRel);
+        drop(cache);
+        self.evictions.send_modify(|count| *count += 1);
     }
 
     fn forget_everything(&self) {
         let mut cache = self.write_cache();
         cache.clear();
         self.generation.fetch_add(1, Ordering::AcqRel);
+        drop(cache);
+        self.evictions.send_modify(|count| *count += 1);
     }
 
     fn listening(&self) -> &AtomicBool {
@@ -112,7 +135,43 @@ impl Authenticator {
             listening: AtomicBool::new(false),
             verified: RwLock::default(),
             last_used: Mutex::default(),
+            evictions: watch::Sender::new(0),
         }
+    }
+
+    /// Wakes when any key's record changes (or every record may have): a request holding a
+    /// key for long then checks it again ([`Authenticator::still_valid`]).
+    pub fn watch_keys(&self) -> KeyChanges {
+        KeyChanges { receiver: self.evictions.subscribe() }
+    }
+
+    /// 401 if the key `principal` was authenticated with has been revoked, has expired or
+    /// is gone since: for a request that held it while waiting. From the cache, which a
+    /// revocation evicts within a second, or from the database.
+    pub async fn still_valid(&self, principal: &Principal) -> Result<(), ApiError> {
+        let cached = if self.trusted() { self.read_cache().get(&principal.key_id).cloned() } else { None };
+        let record = match cached {
+            Some(record) => Some(record),
+            None => {
+                let generation = self.generation.load(Ordering::Acquire);
+                let record = store::find_for_auth(&self.pool, &principal.key_id).await?.map(Arc::new);
+                if let Some(record) = &record {
+                    if self.trusted() && self.generation.load(Ordering::Acquire) == generation {
+                        self.write_cache().insert(principal.key_id.clone(), record.clone());
+                    }
+                }
+                record
+            }
+        };
+        let Some(record) = record else { return Err(ApiError::Unauthorized(INVALID)) };
+        let now = Utc::now();
+        if record.revoked_at.is_some_and(|at| at <= now) {
+            return Err(ApiError::Unauthorized(REVOKED));
+        }
+        if record.expires_at.is_some_and(|at| at <= now) {
+            return Err(ApiError::Unauthorized(EXPIRED));
+        }
+        Ok(())
     }
 
     /// Checks a presented key: 401 for anything but a live, unexpired key of this

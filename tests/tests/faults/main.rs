@@ -13,6 +13,7 @@
 
 mod connections;
 mod database;
+mod history;
 mod nats;
 mod openapi_tools;
 mod replicas;

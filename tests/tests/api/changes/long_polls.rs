@@ -192,3 +192,47 @@ async fn a_workspace_holds_at_most_its_share_of_waiting_requests_and_the_next_is
         assert_eq!(reply.data().len(), 1, "{}", reply.text);
     }
 }
+
+/// A request waiting (`wait=30`) on the contacts feed with a fresh key, its key then
+/// revoked: the request, the workspace, and when the revocation landed.
+async fn waiting_then_revoked(
+    db: &TestDatabase,
+    app: &TestApp,
+) -> (tokio::task::JoinHandle<(Reply, Duration)>, Uuid, Instant) {
+    let (workspace, key) = app.workspace_with_key().await;
+    let (_, since) = follow(app, &key, CONTACTS, None, 100).await;
+    let key_id = key.split('_').nth(2).expect("lk_<environment>_<key id>_<secret>").to_owned();
+    let waiting = send(app, &key, format!("{CONTACTS}?since={since}&wait=30"));
+    settle().await;
+    lectern_api::keys::store::revoke(&db.pool, &key_id).await.expect("revoke the key");
+    (waiting, workspace, Instant::now())
+}
+
+/// The rule: a waiting request whose key is revoked is refused within the revocation bound
+/// (a second), and never answered with a change committed after the revocation.
+#[tokio::test]
+async fn a_waiting_request_whose_key_is_revoked_is_refused_and_never_sees_a_later_change() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (waiting, workspace, revoked) = waiting_then_revoked(&db, &app).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    ContactSeed::named("Committed after the revocation").insert(&db.pool, workspace).await;
+    let (reply, _) = waiting.await.expect("the request");
+    reply.assert_error(401, "UNAUTHORIZED");
+    assert!(reply.text.contains("revoked"), "the refusal should say the key was revoked: {}", reply.text);
+    assert!(revoked.elapsed() < Duration::from_secs(15), "refused only when its wait ended");
+}
+
+/// The rule: a revocation that lands while a request waits, with no change meanwhile,
+/// ends the wait with a 401 within the revocation bound, not when the wait ends.
+#[tokio::test]
+async fn a_revocation_ends_a_wait_at_once() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (waiting, _, revoked) = waiting_then_revoked(&db, &app).await;
+    let (reply, _) = waiting.await.expect("the request");
+    let took = revoked.elapsed();
+    reply.assert_error(401, "UNAUTHORIZED");
+    // The bound is a second; generous here, far below the 30 s the request asked to wait.
+    assert!(took < Duration::from_secs(5), "refused {took:?} after the revocation, not at once");
+}

@@ -1,6 +1,7 @@
 //! The changes feed (`listContactChanges`, `listItemChanges`), rule by rule as
 //! `docs/api.md` ("The changes feed") states them.
 
+mod held_back;
 mod long_polls;
 mod read_ahead;
 mod rules;

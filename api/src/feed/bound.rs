@@ -1,0 +1,256 @@
+//! The feed's bound: the position below which every row is committed, on disk, and below
+//! every position a writer can still take, on this server and after any crash of it
+//! (`read_model_feed_bound()`, `migrations/…_feed_positions_across_histories.sql`). A page
+//! serves only rows below it, so no later page can hold a change that belongs before a
+//! token already handed out.
+//!
+//! One task per process samples it, and only when someone needs a newer one: requests wait
+//! on it while a commit was announced at or past it, or a request asked for one. So however
+//! many requests wait for a change that is committed but not yet below the bound (an older
+//! writer of the read model is still running), the database sees one statement at a time
+//! from this process, at most one every [`MIN_SPACING`], and fewer while the bound stays
+//! held ([`HELD_BACKOFF_MAX`]); with nobody reading, none. Transactions that do not write
+//! the read model never hold it.
+//!
+//! While the change listener is down, commits go unannounced: the bound is then sampled
+//! for every page that asks, and every [`UNANNOUNCED_EVERY`] while requests wait on it.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use tokio::sync::{watch, Notify};
+
+use crate::db::first_pages::CHANGES_CHANNEL;
+use crate::db::notifications::Invalidated;
+use crate::db::replicas::WalPosition;
+use crate::operations::names::FEED_BOUND_SAMPLES;
+
+/// The fewest milliseconds between two samples: at most this many a second, whatever
+/// the load.
+pub const MIN_SPACING: Duration = Duration::from_millis(5);
+/// While the bound stays held below an announced commit, samples are spaced further
+/// apart, doubling up to this.
+pub const HELD_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// How often the bound is sampled for waiting requests while commits go unannounced.
+pub const UNANNOUNCED_EVERY: Duration = Duration::from_millis(100);
+/// How often the bound served is recorded for the server's history (what a restore into
+/// another server must pass).
+const RECORD_EVERY: Duration = Duration::from_secs(1);
+/// Longest a sample may take before it is abandoned and tried again.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request waits for the sampler before it samples the bound itself.
+const FRESH_WITHIN: Duration = Duration::from_secs(1);
+/// Between failed samples.
+const RETRY_AFTER: Duration = Duration::from_millis(250);
+
+/// The statement of one sample: whether to record the bound, and this process's name for
+/// its flush row.
+const SAMPLE_SQL: &str = "select bound, wal_position from read_model_feed_bound($1, $2)";
+
+/// One sample: the position every served row is below, and the WAL position a replica
+/// must have replayed to serve it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    pub position: i64,
+    pub wal: WalPosition,
+}
+
+/// A bound, and when the sample that found it began.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    bound: Bound,
+    began: Instant,
+}
+
+/// The process's bound, the commits announced past it, and the requests waiting on it.
+pub struct FeedBound {
+    current: watch::Sender<Option<Sample>>,
+    /// The newest committed position a notification announced.
+    announced: AtomicI64,
+    /// Wakes the sampler.
+    wanted: Notify,
+    /// A sample is wanted whatever was announced: commits may have gone unannounced.
+    look_once: AtomicBool,
+    listening: AtomicBool,
+    /// This process's row of `read_model_flushes`, which each sample writes so that its
+    /// commit waits for the WAL flush.
+    process: String,
+}
+
+impl Default for FeedBound {
+    fn default() -> Self {
+        Self {
+            current: watch::Sender::new(None),
+            announced: AtomicI64::new(0),
+            wanted: Notify::new(),
+            look_once: AtomicBool::new(true),
+            listening: AtomicBool::new(false),
+            process: format!("lectern-api-{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+}
+
+impl FeedBound {
+    /// The newest bound sampled, if any; only ever grows.
+    pub fn current(&self) -> Option<Bound> {
+        self.current.borrow().map(|sample| sample.bound)
+    }
+
+    /// The bound to read a page with: the newest sampled, or, when there is none or commits
+    /// go unannounced, one sampled now.
+    pub async fn for_reading(&self, pool: &PgPool) -> Result<Bound, sqlx::Error> {
+        match self.current() {
+            Some(bound) if self.trusted() => Ok(bound),
+            _ => self.sample(pool, false).await,
+        }
+    }
+
+    /// A bound sampled by a sample that began at `since` or later: it lets through every
+    /// commit made before `since` that no older writer of the read model still holds back.
+    /// Concurrent callers share the sampler's samples; one is taken here only if the
+    /// sampler does not answer within [`FRESH_WITHIN`].
+    pub async fn sampled_since(&self, pool: &PgPool, since: Instant) -> Result<Bound, sqlx::Error> {
+        let mut receiver = self.current.subscribe();
+        let deadline = tokio::time::Instant::now() + FRESH_WITHIN;
+        loop {
+            if let Some(sample) = *receiver.borrow_and_update() {
+                if sample.began >= since {
+                    return Ok(sample.bound);
+                }
+            }
+            self.look_once.store(true, Ordering::Release);
+            self.wanted.notify_one();
+            match tokio::time::timeout_at(deadline, receiver.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return self.sample(pool, false).await,
+            }
+        }
+    }
+
+    /// A view of the bound that wakes when it moves; the sampler keeps sampling while
+    /// such views wait and commits go unannounced.
+    pub fn watch(&self) -> BoundWatch {
+        let receiver = self.current.subscribe();
+        let position = receiver.borrow().map(|sample| sample.bound.position);
+        BoundWatch { receiver, position }
+    }
+
+    /// Samples the bound now and publishes it.
+    async fn sample(&self, pool: &PgPool, record: bool) -> Result<Bound, sqlx::Error> {
+        let began = Instant::now();
+        let query = sqlx::query_as::<_, (i64, i64)>(SAMPLE_SQL).bind(record).bind(&self.process).fetch_one(pool);
+        let (position, wal) = match tokio::time::timeout(SAMPLE_TIMEOUT, query).await {
+            Ok(sampled) => sampled?,
+            Err(_) => return Err(sqlx::Error::PoolTimedOut),
+        };
+        metrics::counter!(FEED_BOUND_SAMPLES).increment(1);
+        let sampled = Bound { position, wal };
+        // Always sent: a sample that finds the bound where it was still says it is fresh.
+        self.current.send_modify(|current| {
+            *current = Some(match *current {
+                Some(known) if known.bound.position >= sampled.position => {
+                    Sample { bound: known.bound, began: known.began.max(began) }
+                }
+                _ => Sample { bound: sampled, began },
+            });
+        });
+        Ok(self.current().unwrap_or(sampled))
+    }
+
+    /// Whether a commit was announced that the bound does not let through yet.
+    fn held(&self) -> bool {
+        let announced = self.announced.load(Ordering::Acquire);
+        self.current().is_none_or(|bound| announced >= bound.position)
+    }
+
+    /// Samples whenever someone needs a newer bound, until the process ends.
+    pub async fn keep(self: std::sync::Arc<Self>, pool: PgPool) {
+        let mut held_for = MIN_SPACING;
+        let mut recorded = Instant::now() - RECORD_EVERY;
+        loop {
+            // Only for someone: a request waiting on the bound, or one that asked. Commits
+            // nobody waits for are let through by the next sample anyone needs.
+            let waiting = self.current.receiver_count() > 0;
+            let look_once = self.look_once.swap(false, Ordering::AcqRel);
+            if !look_once && !(waiting && (self.held() || !self.trusted())) {
+                let wanted = self.wanted.notified();
+                tokio::select! {
+                    () = wanted => {}
+                    () = tokio::time::sleep(UNANNOUNCED_EVERY), if !self.trusted() => {}
+                }
+                continue;
+            }
+            let before = self.current();
+            let record = recorded.elapsed() >= RECORD_EVERY;
+            match self.sample(&pool, record).await {
+                Ok(_) => {
+                    if record {
+                        recorded = Instant::now();
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(error = %crate::error::chain(&error), "sampling the feed's bound failed; trying again");
+                    self.look_once.store(true, Ordering::Release);
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
+                }
+            }
+            let moved = self.current() != before;
+            held_for = if moved { MIN_SPACING } else { (held_for * 2).min(HELD_BACKOFF_MAX) };
+            if !self.trusted() {
+                held_for = held_for.max(UNANNOUNCED_EVERY);
+            }
+            tokio::time::sleep(if self.held() { held_for } else { MIN_SPACING }).await;
+        }
+    }
+}
+
+/// A request's view of the bound.
+pub struct BoundWatch {
+    receiver: watch::Receiver<Option<Sample>>,
+    position: Option<i64>,
+}
+
+impl BoundWatch {
+    /// Returns once the bound has moved since this watch was taken or last returned.
+    pub async fn moved(&mut self) {
+        loop {
+            if self.receiver.changed().await.is_err() {
+                // The sender lives as long as the state; without it nothing moves.
+                std::future::pending::<()>().await;
+            }
+            let position = self.receiver.borrow_and_update().map(|sample| sample.bound.position);
+            if position != self.position {
+                self.position = position;
+                return;
+            }
+        }
+    }
+}
+
+impl Invalidated for FeedBound {
+    fn channel(&self) -> &'static str {
+        CHANGES_CHANNEL
+    }
+
+    /// `<workspace> <table> <position>`: a commit at `position`, to let through.
+    fn evict(&self, payload: &str) {
+        if let Some(position) = payload.split(' ').nth(2).and_then(|text| text.parse::<i64>().ok()) {
+            self.announced.fetch_max(position, Ordering::AcqRel);
+            if self.held() {
+                self.wanted.notify_one();
+            }
+        }
+    }
+
+    fn forget_everything(&self) {
+        // Commits may have gone unannounced: look once, whatever is known.
+        self.look_once.store(true, Ordering::Release);
+        self.wanted.notify_one();
+    }
+
+    fn listening(&self) -> &AtomicBool {
+        &self.listening
+    }
+}

@@ -1,0 +1,239 @@
+//! What the read model holds of the stream, kept by PostgreSQL, and the events it lost
+//! applied again.
+//!
+//! Every batch records its messages' stream sequences in `read_model_applied` in the same
+//! transaction as its rows ([`crate::apply`]), so what the table says is exactly what the
+//! database in hand holds, whatever happened to it. JetStream's acknowledgements say what
+//! the projectors applied on the server they wrote to. The two part when PostgreSQL forgets
+//! commits: a failover to a standby that had not received them, a restore to an earlier
+//! point, a crash of a server running without durable commits. Then sequences are
+//! acknowledged that the database does not hold, JetStream will never deliver them again,
+//! and [`reconcile`] applies them again from the stream. It runs when the projector starts
+//! and every [`RECONCILE_EVERY`] after; the only step an operator takes after a failover is
+//! pointing `DATABASE_URL` at the new primary.
+//!
+//! Acknowledgements are read before the ledger: a message is acknowledged only after its
+//! batch committed, so every sequence acknowledged by then is in the ledger unless the
+//! database lost it.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
+use tokio_util::sync::CancellationToken;
+
+use crate::apply::{apply_batch, CommitMode, Received};
+use crate::error::ProjectorError;
+use crate::history::{read_through, subjects};
+
+/// How often the ledger is compared with the acknowledgements.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
+/// Ranges of at most this many missing sequences are fetched one message at a time;
+/// longer ones are read through an ordered consumer.
+const FETCH_ONE_BY_ONE: u64 = 32;
+/// The advisory lock a projector holds while it folds the ledger and applies what the
+/// database lost, so that projectors sharing the consumer do it one at a time.
+const LEDGER_LOCK: i64 = 0x6c65_6374_6c65_6467;
+
+/// Stream sequences `first..=last`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub first: u64,
+    pub last: u64,
+}
+
+impl Span {
+    pub fn events(self) -> u64 {
+        self.last - self.first + 1
+    }
+}
+
+/// What one reconciliation found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// The consumer's acknowledgement floor it compared with.
+    pub acknowledged_through: u64,
+    /// Sequences acknowledged that the database did not hold.
+    pub missing: Vec<Span>,
+    /// Messages applied again (missing sequences the stream still had).
+    pub applied_again: u64,
+}
+
+/// Starts the ledger of a database that held a read model before the ledger existed (the
+/// migration that added it left `trusted_through` null): it takes the acknowledgements at
+/// their word once, as the projector always had. A database that was empty then holds
+/// nothing it was not told about, and takes nothing at its word.
+pub async fn start(pool: &PgPool, acknowledged_through: u64) -> Result<(), ProjectorError> {
+    let mut transaction = pool.begin().await?;
+    let took = sqlx::query(
+        "update read_model_ledger set trusted_through = $1, started_at = now() where trusted_through is null",
+    )
+    .bind(as_sequence(acknowledged_through))
+    .execute(&mut *transaction)
+    .await?
+    .rows_affected();
+    if took == 1 && acknowledged_through > 0 {
+        record_span(&mut transaction, Span { first: 1, last: acknowledged_through }).await?;
+        tracing::info!(
+            acknowledged_through,
+            "the read model's ledger starts: events 1 to this sequence taken as applied"
+        );
+    }
+    transaction.commit().await?;
+    Ok(())
+}
+
+/// Folds the ledger's rows into one and returns the sequences up to `acknowledged_through`
+/// it does not hold, inside the caller's transaction.
+async fn fold_and_find_missing(
+    connection: &mut sqlx::PgConnection,
+    acknowledged_through: u64,
+) -> Result<Vec<Span>, sqlx::Error> {
+    sqlx::query(
+        "with folded as (delete from read_model_applied returning sequences) \
+         insert into read_model_applied (sequences) \
+         select range_agg(r) from folded, unnest(folded.sequences) as r having count(*) > 0",
+    )
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query(
+        "select lower(r), upper(r) - 1 from unnest(int8multirange(int8range(1, $1 + 1)) \
+         - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r), '{}')) as r",
+    )
+    .bind(as_sequence(acknowledged_through))
+    .fetch_all(&mut *connection)
+    .await?
+    .iter()
+    .map(span)
+    .collect()
+}
+
+fn span(row: &PgRow) -> Result<Span, sqlx::Error> {
+    let first: i64 = row.try_get(0)?;
+    let last: i64 = row.try_get(1)?;
+    Ok(Span { first: first.unsigned_abs(), last: last.unsigned_abs() })
+}
+
+/// Records `span` as applied, inside the caller's transaction.
+async fn record_span(connection: &mut sqlx::PgConnection, span: Span) -> Result<(), sqlx::Error> {
+    sqlx::query("insert into read_model_applied (sequences) values (int8multirange(int8range($1, $2, '[]')))")
+        .bind(as_sequence(span.first))
+        .bind(as_sequence(span.last))
+        .execute(connection)
+        .await
+        .map(drop)
+}
+
+fn as_sequence(sequence: u64) -> i64 {
+    i64::try_from(sequence).unwrap_or(i64::MAX)
+}
+
+/// The consumer's acknowledgement floor: every message up to it is acknowledged.
+async fn acknowledged_through(consumer: &PullConsumer) -> Result<u64, ProjectorError> {
+    let info = consumer.get_info().await.map_err(ProjectorError::nats("reading the consumer's acknowledgements"))?;
+    Ok(info.ack_floor.stream_sequence)
+}
+
+/// Compares the ledger with the consumer's acknowledgements and applies again, from the
+/// stream, every acknowledged event the database does not hold. Does nothing while another
+/// projector is doing it, or before the ledger has started.
+pub async fn reconcile(pool: &PgPool, stream: &Stream, consumer: &PullConsumer) -> Result<Reconciled, ProjectorError> {
+    // First the acknowledgements, then the ledger (see the module's documentation).
+    let acknowledged_through = acknowledged_through(consumer).await?;
+    let mut reconciled = Reconciled { acknowledged_through, ..Reconciled::default() };
+    // One transaction holds the lock, folds, and records what was applied again: if the
+    // process dies meanwhile, all of it is undone, and applying again is harmless.
+    let mut transaction = pool.begin().await?;
+    let started: bool =
+        sqlx::query_scalar("select exists (select from read_model_ledger where trusted_through is not null)")
+            .fetch_one(&mut *transaction)
+            .await?;
+    let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1)")
+        .bind(LEDGER_LOCK)
+        .fetch_one(&mut *transaction)
+        .await?;
+    if !started || !locked {
+        return Ok(reconciled);
+    }
+    reconciled.missing = fold_and_find_missing(&mut transaction, acknowledged_through).await?;
+    if !reconciled.missing.is_empty() {
+        let events: u64 = reconciled.missing.iter().map(|span| span.events()).sum();
+        tracing::warn!(
+            events,
+            acknowledged_through,
+            spans = ?reconciled.missing,
+            "the database does not hold events JetStream saw acknowledged (a failover, a restore or a crash \
+             lost their commits); applying them again from the stream"
+        );
+    }
+    for span in reconciled.missing.clone() {
+        reconciled.applied_again += apply_again(pool, stream, span).await?;
+        record_span(&mut transaction, span).await?;
+    }
+    transaction.commit().await?;
+    if reconciled.applied_again > 0 {
+        crate::metrics::record_applied_again(reconciled.applied_again);
+        tracing::info!(events = reconciled.applied_again, "events the database had lost are applied again");
+    }
+    Ok(reconciled)
+}
+
+/// Applies the events of `span` again, each batch recording its own sequences; the caller
+/// then records the whole span: sequences the stream no longer holds have nothing to apply.
+async fn apply_again(pool: &PgPool, stream: &Stream, span: Span) -> Result<u64, ProjectorError> {
+    let mut applied = 0;
+    if span.events() <= FETCH_ONE_BY_ONE {
+        let mut batch = Vec::new();
+        for sequence in span.first..=span.last {
+            match stream.get_raw_message(sequence).await {
+                Ok(message) => batch.push(Received {
+                    subject: message.subject.to_string(),
+                    stream_sequence: sequence,
+                    payload: message.payload.to_vec(),
+                }),
+                Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => {}
+                Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
+            }
+        }
+        applied += apply(pool, &batch).await?;
+    } else {
+        let mut reading = read_through(stream, subjects(None), span.first, span.last).await?;
+        while let Some(batch) = reading.batches.recv().await {
+            applied += apply(pool, &batch?).await?;
+        }
+    }
+    Ok(applied)
+}
+
+/// Applies `batch` with a flushed commit: nothing acknowledges it afterwards.
+async fn apply(pool: &PgPool, batch: &[Received]) -> Result<u64, ProjectorError> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    apply_batch(pool, batch, CommitMode::Flushed).await?;
+    Ok(batch.len() as u64)
+}
+
+/// Starts the ledger, then reconciles every [`RECONCILE_EVERY`] until `shutdown`.
+/// Failures are logged and tried again at the next turn.
+pub async fn keep(pool: PgPool, stream: Stream, consumer: PullConsumer, shutdown: CancellationToken) {
+    let mut started = false;
+    loop {
+        let turn = async {
+            if !started {
+                start(&pool, acknowledged_through(&consumer).await?).await?;
+                started = true;
+            }
+            reconcile(&pool, &stream, &consumer).await
+        };
+        if let Err(error) = turn.await {
+            tracing::warn!(error = %lectern_runtime::with_causes(&error), "comparing the ledger with the acknowledgements failed; trying again");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RECONCILE_EVERY) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
