@@ -15,7 +15,9 @@
 //! While the change listener is down, commits go unannounced: the bound is then sampled
 //! for every page that asks, and every [`UNANNOUNCED_EVERY`] while requests wait on it.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
@@ -43,6 +45,9 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
 const FRESH_WITHIN: Duration = Duration::from_secs(1);
 /// Between failed samples.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
+
+/// Recent bounds kept for reads on a replica that has not replayed the newest.
+const RECENT: usize = 64;
 
 /// The statement of one sample: whether to record the bound, and this process's name for
 /// its flush row.
@@ -76,6 +81,8 @@ pub struct FeedBound {
     /// This process's row of `read_model_flushes`, which each sample writes so that its
     /// commit waits for the WAL flush.
     process: String,
+    /// The last [`RECENT`] bounds, oldest first.
+    recent: Mutex<VecDeque<Bound>>,
 }
 
 impl Default for FeedBound {
@@ -87,6 +94,7 @@ impl Default for FeedBound {
             look_once: AtomicBool::new(true),
             listening: AtomicBool::new(false),
             process: format!("lectern-api-{}", uuid::Uuid::new_v4().simple()),
+            recent: Mutex::default(),
         }
     }
 }
@@ -128,6 +136,14 @@ impl FeedBound {
         }
     }
 
+    /// The newest bound a server that has replayed the WAL up to `replayed` can serve: a
+    /// replica a little behind the primary serves a page below a bound a little older,
+    /// rather than sending the read to the primary.
+    pub fn replayed_by(&self, replayed: WalPosition) -> Option<Bound> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.iter().rev().find(|bound| bound.wal <= replayed).copied()
+    }
+
     /// A view of the bound that wakes when it moves; the sampler keeps sampling while
     /// such views wait and commits go unannounced.
     pub fn watch(&self) -> BoundWatch {
@@ -146,6 +162,15 @@ impl FeedBound {
         };
         metrics::counter!(FEED_BOUND_SAMPLES).increment(1);
         let sampled = Bound { position, wal };
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.back().is_none_or(|newest| newest.position < position) {
+                if recent.len() == RECENT {
+                    recent.pop_front();
+                }
+                recent.push_back(sampled);
+            }
+        }
         // Always sent: a sample that finds the bound where it was still says it is fresh.
         self.current.send_modify(|current| {
             *current = Some(match *current {

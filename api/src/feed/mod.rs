@@ -229,7 +229,10 @@ impl<R: Resource> Feed<'_, R> {
         };
         let (mut ticket, mut changes, mut written) = match self.state.read_ahead.take(&key, heads).await {
             Some((ticket, read)) => (ticket, read.changes, Some(read.data)),
-            None => read(self.state.feed_bound.for_reading(&self.state.pool).await?).await?,
+            None => {
+                let bound = self.state.feed_bound.for_reading(&self.state.pool).await?;
+                read(self.replica_can_serve(since, bound)).await?
+            }
         };
         // A change at or past the bound read below is committed but was not let through:
         // if the bound is older than the request, one sampled since may let it through.
@@ -267,6 +270,22 @@ impl<R: Resource> Feed<'_, R> {
             None => write_data::<R>(page)?,
         };
         self.body(data, has_more, position, changes.read_at).map(Look::Page)
+    }
+
+    /// `bound`, or an older bound that a replica in the rotation has replayed when that one
+    /// still lets rows after `since` through: a catch-up's pages then go to the replica
+    /// rather than to the primary, below a bound a replica's lag older. A page that reaches
+    /// such a bound with newer changes past it is read again below a fresh one.
+    fn replica_can_serve(&self, since: FeedPosition, bound: Bound) -> Bound {
+        let replayed = self.state.reads.replica_statuses().into_iter().filter(|status| status.in_rotation());
+        let Some(replayed) = replayed.map(|status| status.replayed).max() else { return bound };
+        if bound.wal <= replayed {
+            return bound;
+        }
+        match self.state.feed_bound.replayed_by(replayed) {
+            Some(older) if FeedPosition::below(older.position) > since => older,
+            _ => bound,
+        }
     }
 
     /// Starts reading the page `key`, and writing its entries, for the client that will

@@ -278,3 +278,37 @@ async fn every_event_acknowledged_before_a_crash_is_in_the_read_model_after_it()
     let lost = ids.iter().filter(|id| found.get(*id).map(|(version, _)| *version) != Some(2)).count();
     assert_eq!(lost, 0, "{lost} of {} acknowledged records were lost or behind after the crash", ids.len());
 }
+
+/// The rule: a batch acknowledged straight after its own commit (no barrier connection,
+/// as after a barrier failed) is on disk when acknowledged, even when it changed nothing
+/// and the server is set not to wait for flushes. A batch is committed without waiting for
+/// its flush; its messages, handed back, come again and are applied as a batch that
+/// changes nothing (the version guard); a crash straight after keeps the first commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_batch_that_changes_nothing_is_on_disk_when_it_is_acknowledged() {
+    use lectern_projector::apply::{apply_batch, CommitMode, Received};
+
+    let mut server = TestPostgres::start_new_with(SLOW_WAL_WRITER).await;
+    lectern_api::db::create_and_migrate(&server.url()).await.expect("migrate");
+    let projector_pool = pool(&server.url()).await;
+    let workspace = Uuid::new_v4();
+    let ids: Vec<Uuid> = (0..10).map(|_| Uuid::new_v4()).collect();
+    let batch: Vec<Received> = ids
+        .iter()
+        .enumerate()
+        .map(|(index, id)| Received {
+            subject: format!("changes.{workspace}.contacts.{id}"),
+            stream_sequence: u64::try_from(index).unwrap_or(0) + 1,
+            payload: contact_event("created", workspace, *id, 1, "First").to_string().into_bytes(),
+        })
+        .collect();
+    apply_batch(&projector_pool, &batch, CommitMode::BeforeFlush).await.expect("the first delivery");
+
+    apply_batch(&projector_pool, &batch, CommitMode::Flushed).await.expect("the redelivery, changing nothing");
+    // Acknowledged now; the server crashes.
+    server.stop().await;
+    server.start().await;
+
+    let found = rows(&pool(&server.url()).await, workspace).await;
+    assert_eq!(found.len(), ids.len(), "the batch acknowledged after its own commit was not on disk");
+}
