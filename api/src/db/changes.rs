@@ -25,7 +25,7 @@ pub struct Changes {
     /// The rows after the position asked for, below the bound, in feed order.
     pub rows: Vec<ChangedRow>,
     /// The bound the rows were read below: every row under it is final.
-    pub horizon: i64,
+    pub bound: i64,
     /// The newest transaction that wrote a row of the feed and had committed by then,
     /// served or not yet (0: the feed has no row); `None` when it was not read (see
     /// [`fetch_changes`]).
@@ -44,21 +44,21 @@ pub fn changes_sql<R: Resource>() -> String {
     // The record's columns first, where `Resource::record` reads them; the last six
     // where `fetch_changes` reads them.
     format!(
-        "select page.*, feed.horizon, feed.newest, {READ_POSITION} from \
-         (select $5::int8 as horizon, \
+        "select page.*, feed.bound, feed.newest, {READ_POSITION} from \
+         (select $5::int8 as bound, \
                  (select {CHANGE_TRANSACTION} from {table} where workspace_id = $1 \
                   order by {CHANGE_TRANSACTION} desc limit 1) as newest) as feed \
          left join lateral \
          (select {columns}, {CHANGE_TRANSACTION} as changed_in, status = 'active' as active, id as changed_id \
           from {table} where workspace_id = $1 and ({CHANGE_TRANSACTION}, id) > ($2, $3) \
-          and {CHANGE_TRANSACTION} < feed.horizon order by {CHANGE_TRANSACTION}, id limit $4) as page on true",
+          and {CHANGE_TRANSACTION} < feed.bound order by {CHANGE_TRANSACTION}, id limit $4) as page on true",
         columns = R::COLUMNS,
         table = R::NAME,
     )
 }
 
 /// The statement of a feed page whose head the process already knows: the page's rows
-/// alone, each with the horizon, without the feed's newest transaction and without the
+/// alone, each with the bound, without the feed's newest transaction and without the
 /// join that keeps a row when the page is empty. The same columns as [`changes_sql`]
 /// (`newest` null), so one reader serves both. On the benchmark's kept database, a
 /// fifth cheaper than [`changes_sql`] (`pgbench -M prepared`, 0.24 against 0.29 ms a
@@ -66,7 +66,7 @@ pub fn changes_sql<R: Resource>() -> String {
 pub fn page_sql<R: Resource>() -> String {
     format!(
         "select {columns}, {CHANGE_TRANSACTION} as changed_in, status = 'active' as active, id as changed_id, \
-         $5::int8 as horizon, null::int8 as newest, {READ_POSITION} \
+         $5::int8 as bound, null::int8 as newest, {READ_POSITION} \
          from {table} where workspace_id = $1 and ({CHANGE_TRANSACTION}, id) > ($2, $3) \
          and {CHANGE_TRANSACTION} < $5 order by {CHANGE_TRANSACTION}, id limit $4",
         columns = R::COLUMNS,
@@ -78,7 +78,7 @@ pub fn page_sql<R: Resource>() -> String {
 /// where at least `seen` and the bound's own WAL position are replayed. When the process knows the feed's head
 /// (`head_known`), the page's rows alone are read ([`page_sql`]), and the feed's newest
 /// transaction is not; the whole statement ([`changes_sql`]) only when that finds none,
-/// since only it tells the horizon of an empty page.
+/// since only it tells the bound of an empty page.
 pub async fn fetch_changes<R: Resource>(
     reads: &Reads,
     workspace_id: Uuid,
@@ -121,12 +121,12 @@ async fn read_changes(reads: &Reads, sql: &str, reading: &Reading) -> Result<Cha
         })
         .await?;
     let read_at = read.position.unwrap_or(seen).max(seen);
-    let mut changes = Changes { rows: Vec::with_capacity(read.rows.len()), horizon: 0, newest: None, read_at };
+    let mut changes = Changes { rows: Vec::with_capacity(read.rows.len()), bound: 0, newest: None, read_at };
     for row in read.rows {
         // By position from the end, unchecked, as the records' own columns are read:
         // by name, the lookups per row cost a page about a tenth of its CPU.
         let last = row.len().saturating_sub(1);
-        changes.horizon = row.try_get_unchecked(last.saturating_sub(2))?;
+        changes.bound = row.try_get_unchecked(last.saturating_sub(2))?;
         changes.newest = row.try_get_unchecked(last.saturating_sub(1))?;
         let changed_in: Option<i64> = row.try_get_unchecked(last.saturating_sub(5))?;
         let active: Option<bool> = row.try_get_unchecked(last.saturating_sub(4))?;

@@ -1,12 +1,13 @@
 //! The changes feed (`listContactChanges`, `listItemChanges`): what changed in a
 //! workspace since a sync token, in commit order, removals included.
 //!
-//! Every read-model row carries the id of the transaction that last wrote it, and the
-//! feed is ordered by (transaction, record id); a row is served only once every older
-//! writing transaction has ended (the horizon), so no later page can hold a change that
-//! belongs before a token already handed out (see `docs/architecture.md`, "The changes
-//! feed"). A page is the rows after the token's position, each at its state now; its
-//! token is the last row's position, or the horizon once the feed is read to the end.
+//! Every read-model row carries the position of the transaction that last wrote it, and
+//! the feed is ordered by (position, record id); a row is served only below the feed's
+//! bound ([`bound`]: every older writer of the read model has ended, and its commit is on
+//! disk), so no later page can hold a change that belongs before a token already handed
+//! out (see `docs/architecture.md`, "The changes feed"). A page is the rows after the
+//! token's position, each at its state now; its token is the last row's position, or the
+//! bound once the feed is read to the end.
 //! Nothing after the token: answered from memory when the process knows the feed's
 //! newest transaction ([`heads`]), and held until it moves when the request asks to
 //! `wait`, without a database connection.
@@ -61,9 +62,9 @@ impl FeedPosition {
         Self { transaction, id: Uuid::max() }
     }
 
-    /// After every row of the transactions below `horizon`.
-    pub const fn below(horizon: i64) -> Self {
-        Self::after_transaction(horizon.saturating_sub(1))
+    /// After every row of the positions below `bound`.
+    pub const fn below(bound: i64) -> Self {
+        Self::after_transaction(bound.saturating_sub(1))
     }
 }
 
@@ -151,7 +152,7 @@ enum Look {
     /// A page of changes, its body written.
     Page(Vec<u8>),
     /// No change after the position asked for; the feed is read up to `caught_up`.
-    /// `not_yet_served`: changes are committed that the horizon does not let through yet.
+    /// `not_yet_served`: changes are committed that the bound does not let through yet.
     /// `read_at`: the WAL position the look saw (the client's own when from memory).
     Nothing { caught_up: FeedPosition, not_yet_served: bool, read_at: WalPosition },
 }
@@ -237,9 +238,9 @@ impl<R: Resource> Feed<'_, R> {
         // A change at or past the bound read below is committed but was not let through:
         // if the bound is older than the request, one sampled since may let it through.
         let newest = changes.newest.or(known).unwrap_or(i64::MAX);
-        if changes.rows.len() <= limit && newest >= changes.horizon {
+        if changes.rows.len() <= limit && newest >= changes.bound {
             let fresh = self.state.feed_bound.sampled_since(&self.state.pool, began).await?;
-            if fresh.position > changes.horizon {
+            if fresh.position > changes.bound {
                 (ticket, changes, written) = read(fresh).await?;
             }
         }
@@ -248,8 +249,8 @@ impl<R: Resource> Feed<'_, R> {
         }
         let page = &changes.rows[..limit.min(changes.rows.len())];
         let has_more = changes.rows.len() > limit;
-        // Read to the end: everything below the horizon is behind the client.
-        let read_to = |position: FeedPosition| position.max(FeedPosition::below(changes.horizon));
+        // Read to the end: everything below the bound is behind the client.
+        let read_to = |position: FeedPosition| position.max(FeedPosition::below(changes.bound));
         let Some(last) = page.last() else {
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "database").increment(1);
             let caught_up = read_to(since);
@@ -263,7 +264,7 @@ impl<R: Resource> Feed<'_, R> {
         };
         let position = if has_more { last.position } else { read_to(last.position) };
         if has_more {
-            self.read_ahead(PageKey { after: position, ..key }, changes.read_at, changes.horizon);
+            self.read_ahead(PageKey { after: position, ..key }, changes.read_at, changes.bound);
         }
         let data = match written {
             Some(data) => data,
@@ -290,11 +291,11 @@ impl<R: Resource> Feed<'_, R> {
 
     /// Starts reading the page `key`, and writing its entries, for the client that will
     /// ask for it next: both then happen while this page is sent and read.
-    fn read_ahead(&self, key: PageKey, seen: WalPosition, horizon: i64) {
+    fn read_ahead(&self, key: PageKey, seen: WalPosition, below: i64) {
         let reads = self.state.reads.clone();
         // The bound this page was read below, or a newer one: either serves the page after.
-        let bound = Bound { position: horizon, wal: seen };
-        let bound = self.state.feed_bound.current().filter(|known| known.position > horizon).unwrap_or(bound);
+        let bound = Bound { position: below, wal: seen };
+        let bound = self.state.feed_bound.current().filter(|known| known.position > below).unwrap_or(bound);
         let read = async move {
             let (workspace_id, after, rows) = (key.feed.1, key.after, key.rows);
             // This page's read found the head known, or learnt it.
