@@ -31,29 +31,29 @@ create function read_model_timeline() returns integer language sql volatile as $
     select ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::integer
 $$;
 
--- How far 2^32 transaction ids reach: more than any history can consume after the moment
--- its successor forked off it, so a new history's offset passes every position of the one
--- it forked from.
+-- 2^48 transaction ids: more than any history can consume after the moment its successor
+-- forked off it (a restore to a point years back at 10,000 ids a second included), so a new
+-- history's offset passes every position of the one it forked from; 2^15 histories fit in
+-- a bigint.
 create function read_model_history_margin() returns bigint language sql immutable as $$
-    select 4294967296::bigint
+    select 281474976710656::bigint
 $$;
 
 -- The offset of the history this session writes in, registering the history the first
--- time any session writes in it. Cached for the session: a crash, a failover or a restore
--- ends every session, and a standby's sessions cannot call this (it reads the insert
--- position), so a session never outlives its history.
+-- time any session writes in it. Cached for the session with the history it belongs to,
+-- which each call checks: a promoted standby's sessions live on into the new timeline.
 create function read_model_position_offset() returns bigint language plpgsql volatile as $$
 declare
+    this_system bigint := (pg_control_system()).system_identifier;
+    this_timeline integer := read_model_timeline();
+    history text := this_system::text || '/' || this_timeline::text || '/';
     cached text := current_setting('lectern.position_offset', true);
-    this_system bigint;
-    this_timeline integer;
     found bigint;
+    inserted integer;
 begin
-    if cached is not null and cached <> '' then
-        return cached::bigint;
+    if cached is not null and starts_with(cached, history) then
+        return substr(cached, length(history) + 1)::bigint;
     end if;
-    this_system := (pg_control_system()).system_identifier;
-    this_timeline := read_model_timeline();
     select position_offset into found
     from read_model_histories where system_identifier = this_system and timeline = this_timeline;
     if found is null then
@@ -71,11 +71,20 @@ begin
                end
         into found from read_model_histories;
         insert into read_model_histories (system_identifier, timeline, position_offset, bound_served)
-        values (this_system, this_timeline, found, found + pg_current_xact_id()::text::bigint);
+        values (this_system, this_timeline, found, found + pg_current_xact_id()::text::bigint)
+        on conflict do nothing;
+        get diagnostics inserted = row_count;
+        if inserted = 0 then
+            -- Another registered it, and this transaction's snapshot (repeatable read)
+            -- cannot see its row: the transaction is retried, as after a serialization
+            -- failure.
+            raise exception 'the read model''s history (system %, timeline %) was registered concurrently',
+                this_system, this_timeline using errcode = '40001';
+        end if;
         raise log 'lectern: the read model is written in a new history (system %, timeline %): positions from % on',
             this_system, this_timeline, found;
     end if;
-    perform set_config('lectern.position_offset', found::text, false);
+    perform set_config('lectern.position_offset', history || found::text, false);
     return found;
 end;
 $$;
@@ -173,7 +182,8 @@ create table read_model_flushes (
 create function read_model_flush(process text) returns void language plpgsql volatile as $$
 begin
     perform set_config('synchronous_commit', 'on', true);
-    insert into read_model_flushes (writer, flushed_at) values (process, clock_timestamp())
+    -- A row per session: two sessions of one process never queue on each other's row.
+    insert into read_model_flushes (writer, flushed_at) values (process || ' ' || pg_backend_pid(), clock_timestamp())
     on conflict on constraint read_model_flushes_pkey do update set flushed_at = excluded.flushed_at;
     -- Rows of processes long gone, now and then.
     if random() < 0.001 then
@@ -207,18 +217,30 @@ declare
     modulus constant bigint := 4294967296;
 begin
     perform read_model_flush(process);
-    -- pg_locks gives 32-bit ids; every one still running is at most 2^31 behind `own`.
-    select min(own - ((own % modulus) - held.transactionid::text::bigint + modulus) % modulus)
+    -- The writers: the transactions holding a write lock on either table. Each one's id is
+    -- read from its process (pg_stat_activity.backend_xid, set the moment an id is taken,
+    -- before the lock on that id exists) or, for a prepared transaction, which has no
+    -- process, from the lock on its id. pg_locks and pg_stat_activity give 32-bit ids; every
+    -- one still running is within 2^31 of `own`, on either side (a writer can take its id
+    -- after this call took its own), so the distance is read signed.
+    with locks as materialized (
+        select locktype, database, relation, mode, granted, virtualtransaction, transactionid, pid from pg_locks
+    ), holders as (
+        select distinct virtualtransaction, pid from locks
+        where locktype = 'relation'
+          and database = this_database
+          and relation in ('contacts'::regclass, 'items'::regclass)
+          and mode in ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+    ), ids as (
+        select coalesce(activity.backend_xid, held.transactionid)::text::bigint as id
+        from holders
+        left join pg_stat_activity as activity on activity.pid = holders.pid
+        left join locks as held on held.virtualtransaction = holders.virtualtransaction
+            and held.locktype = 'transactionid' and held.mode = 'ExclusiveLock' and held.granted
+    )
+    select min(own - ((own % modulus - id + modulus + modulus / 2) % modulus - modulus / 2))
     into oldest_writer
-    from pg_locks as table_lock
-    join pg_locks as held on held.virtualtransaction = table_lock.virtualtransaction
-    where table_lock.locktype = 'relation'
-      and table_lock.database = this_database
-      and table_lock.relation in ('contacts'::regclass, 'items'::regclass)
-      and table_lock.mode in ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
-      and held.locktype = 'transactionid'
-      and held.mode = 'ExclusiveLock'
-      and held.granted;
+    from ids where id is not null;
     bound := history_offset + least(own, coalesce(oldest_writer, own));
     wal_position := (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint;
     if record then
@@ -226,5 +248,17 @@ begin
         where system_identifier = (pg_control_system()).system_identifier and timeline = read_model_timeline();
     end if;
     return next;
+end;
+$$;
+
+-- The functions that name the read model's tables find them where this migration made
+-- them, whatever the caller's search_path: a `contacts` of another schema first on a
+-- session's path must not stand in for the read model's.
+do $$
+begin
+    execute format('alter function read_model_position_offset() set search_path = %I, pg_catalog', current_schema());
+    execute format('alter function read_model_begin_write(text) set search_path = %I, pg_catalog', current_schema());
+    execute format('alter function read_model_flush(text) set search_path = %I, pg_catalog', current_schema());
+    execute format('alter function read_model_feed_bound(boolean, text) set search_path = %I, pg_catalog', current_schema());
 end;
 $$;

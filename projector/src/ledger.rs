@@ -21,7 +21,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
+use sqlx::{Connection, PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, CommitMode, Received};
@@ -88,7 +88,7 @@ pub async fn start(pool: &PgPool, acknowledged_through: u64) -> Result<(), Proje
 /// Folds the ledger's rows into one and returns the sequences up to `acknowledged_through`
 /// it does not hold, inside the caller's transaction.
 async fn fold_and_find_missing(
-    connection: &mut sqlx::PgConnection,
+    connection: &mut PgConnection,
     acknowledged_through: u64,
 ) -> Result<Vec<Span>, sqlx::Error> {
     sqlx::query(
@@ -116,8 +116,8 @@ fn span(row: &PgRow) -> Result<Span, sqlx::Error> {
     Ok(Span { first: first.unsigned_abs(), last: last.unsigned_abs() })
 }
 
-/// Records `span` as applied, inside the caller's transaction.
-async fn record_span(connection: &mut sqlx::PgConnection, span: Span) -> Result<(), sqlx::Error> {
+/// Records `span` as applied, on `connection` (inside its transaction, if one is open).
+async fn record_span(connection: &mut PgConnection, span: Span) -> Result<(), sqlx::Error> {
     sqlx::query("insert into read_model_applied (sequences) values (int8multirange(int8range($1, $2, '[]')))")
         .bind(as_sequence(span.first))
         .bind(as_sequence(span.last))
@@ -138,26 +138,33 @@ async fn acknowledged_through(consumer: &PullConsumer) -> Result<u64, ProjectorE
 
 /// Compares the ledger with the consumer's acknowledgements and applies again, from the
 /// stream, every acknowledged event the database does not hold. Does nothing while another
-/// projector is doing it, or before the ledger has started.
-pub async fn reconcile(pool: &PgPool, stream: &Stream, consumer: &PullConsumer) -> Result<Reconciled, ProjectorError> {
+/// projector is doing it, or before the ledger has started. `connection` is the ledger's
+/// own: it holds [`LEDGER_LOCK`] for the turn (a session lock, so no transaction stays open
+/// while events are applied again); the caller drops it after an error, and the lock with it.
+pub async fn reconcile(
+    connection: &mut PgConnection,
+    pool: &PgPool,
+    stream: &Stream,
+    consumer: &PullConsumer,
+) -> Result<Reconciled, ProjectorError> {
     // First the acknowledgements, then the ledger (see the module's documentation).
     let acknowledged_through = acknowledged_through(consumer).await?;
     let mut reconciled = Reconciled { acknowledged_through, ..Reconciled::default() };
-    // One transaction holds the lock, folds, and records what was applied again: if the
-    // process dies meanwhile, all of it is undone, and applying again is harmless.
-    let mut transaction = pool.begin().await?;
     let started: bool =
         sqlx::query_scalar("select exists (select from read_model_ledger where trusted_through is not null)")
-            .fetch_one(&mut *transaction)
+            .fetch_one(&mut *connection)
             .await?;
-    let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1)")
-        .bind(LEDGER_LOCK)
-        .fetch_one(&mut *transaction)
-        .await?;
-    if !started || !locked {
+    if !started {
         return Ok(reconciled);
     }
+    let locked: bool =
+        sqlx::query_scalar("select pg_try_advisory_lock($1)").bind(LEDGER_LOCK).fetch_one(&mut *connection).await?;
+    if !locked {
+        return Ok(reconciled);
+    }
+    let mut transaction = connection.begin().await?;
     reconciled.missing = fold_and_find_missing(&mut transaction, acknowledged_through).await?;
+    transaction.commit().await?;
     if !reconciled.missing.is_empty() {
         let events: u64 = reconciled.missing.iter().map(|span| span.events()).sum();
         tracing::warn!(
@@ -168,11 +175,14 @@ pub async fn reconcile(pool: &PgPool, stream: &Stream, consumer: &PullConsumer) 
              lost their commits); applying them again from the stream"
         );
     }
+    // Each batch applied again records its own sequences as it commits; the whole span is
+    // recorded after (what the stream no longer holds had nothing to apply). Dying midway
+    // leaves some applied and the rest found missing again next time: harmless.
     for span in reconciled.missing.clone() {
         reconciled.applied_again += apply_again(pool, stream, span).await?;
-        record_span(&mut transaction, span).await?;
+        record_span(&mut *connection, span).await?;
     }
-    transaction.commit().await?;
+    sqlx::query("select pg_advisory_unlock($1)").bind(LEDGER_LOCK).execute(&mut *connection).await?;
     if reconciled.applied_again > 0 {
         crate::metrics::record_applied_again(reconciled.applied_again);
         tracing::info!(events = reconciled.applied_again, "events the database had lost are applied again");
@@ -216,20 +226,31 @@ async fn apply(pool: &PgPool, batch: &[Received]) -> Result<u64, ProjectorError>
     Ok(batch.len() as u64)
 }
 
-/// Starts the ledger, then reconciles every [`RECONCILE_EVERY`] until `shutdown`.
-/// Failures are logged and tried again at the next turn.
+/// Starts the ledger, then reconciles every [`RECONCILE_EVERY`] until `shutdown`, on a
+/// connection of its own. Failures are logged and tried again at the next turn, on a new
+/// connection.
 pub async fn keep(pool: PgPool, stream: Stream, consumer: PullConsumer, shutdown: CancellationToken) {
     let mut started = false;
+    let mut connection: Option<PgConnection> = None;
     loop {
         let turn = async {
             if !started {
                 start(&pool, acknowledged_through(&consumer).await?).await?;
                 started = true;
             }
-            reconcile(&pool, &stream, &consumer).await
+            let ledger = match &mut connection {
+                Some(open) => open,
+                None => connection.insert(PgConnection::connect_with(&pool.connect_options()).await?),
+            };
+            reconcile(ledger, &pool, &stream, &consumer).await
         };
         if let Err(error) = turn.await {
-            tracing::warn!(error = %lectern_runtime::with_causes(&error), "comparing the ledger with the acknowledgements failed; trying again");
+            // Closed, with any lock it holds.
+            connection = None;
+            tracing::warn!(
+                error = %lectern_runtime::with_causes(&error),
+                "comparing the ledger with the acknowledgements failed; trying again"
+            );
         }
         tokio::select! {
             () = tokio::time::sleep(RECONCILE_EVERY) => {}

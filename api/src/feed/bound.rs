@@ -106,11 +106,21 @@ impl FeedBound {
     }
 
     /// The bound to read a page with: the newest sampled, or, when there is none or commits
-    /// go unannounced, one sampled now.
+    /// go unannounced, one sampled from now on (requests at once share the sample).
     pub async fn for_reading(&self, pool: &PgPool) -> Result<Bound, sqlx::Error> {
         match self.current() {
             Some(bound) if self.trusted() => Ok(bound),
-            _ => self.sample(pool, false).await,
+            _ => self.sampled_since(pool, Instant::now()).await,
+        }
+    }
+
+    /// A look found a committed change at `position`, which notifications may not have
+    /// announced (it was committed before the listener was up): the sampler keeps sampling
+    /// for the requests that wait on it until the bound lets it through.
+    pub fn committed(&self, position: i64) {
+        self.announced.fetch_max(position, Ordering::AcqRel);
+        if self.held() {
+            self.wanted.notify_one();
         }
     }
 

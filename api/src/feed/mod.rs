@@ -246,6 +246,9 @@ impl<R: Resource> Feed<'_, R> {
         }
         if let Some(newest) = changes.newest {
             heads.learn(self.key(), ticket, newest);
+            if newest >= changes.bound {
+                self.state.feed_bound.committed(newest);
+            }
         }
         let page = &changes.rows[..limit.min(changes.rows.len())];
         let has_more = changes.rows.len() > limit;

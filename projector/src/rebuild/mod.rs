@@ -44,6 +44,9 @@ pub const REBUILD_LOCK: i64 = 0x6c65_6374_6572_6e31;
 /// or when a pass did not shrink what is left (events published faster than the rebuild
 /// reads them): the rest is read while the live tables are held.
 const CAUGHT_UP: u64 = 2_000;
+/// The most events the swap reads while the projectors' writes wait for it (a few seconds'
+/// worth); a rebuild that cannot get closer stops instead.
+const MOST_READ_IN_THE_SWAP: u64 = 50_000;
 
 /// What a rebuild did.
 #[derive(Clone, Debug, Serialize)]
@@ -113,7 +116,18 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str, force: bool
         // Caught up, or not gaining: events published faster than this reads them would
         // keep it catching up for ever; the swap reads the rest with the writers held.
         let left = now.saturating_sub(through);
-        if left < CAUGHT_UP || left >= behind {
+        if left < CAUGHT_UP {
+            break;
+        }
+        if left >= behind {
+            if left > MOST_READ_IN_THE_SWAP {
+                return Err(ProjectorError::Usage(format!(
+                    "events are published faster than the rebuild reads them ({left} left after a pass that did not \
+                     gain on them), and reading that many while the projectors' writes wait would stall the read \
+                     model; nothing was changed, and the shadow tables are kept: run `rebuild` again when publishing \
+                     slows (it resumes)"
+                )));
+            }
             break;
         }
         behind = left;
