@@ -40,20 +40,24 @@ create function read_model_history_margin() returns bigint language sql immutabl
 $$;
 
 -- The offset of the history this session writes in, registering the history the first
--- time any session writes in it. Cached for the session with the history it belongs to,
--- which each call checks: a promoted standby's sessions live on into the new timeline.
+-- time any session writes in it. Cached for the session, under the session's process id
+-- (a value set for every session, by `alter role ... set`, is not one this session cached)
+-- and its timeline, which each call checks: a promoted standby's sessions live on into the
+-- new timeline. The system identifier is read only on a miss: it cannot change under a
+-- session, and reading it reads the control file.
 create function read_model_position_offset() returns bigint language plpgsql volatile as $$
 declare
-    this_system bigint := (pg_control_system()).system_identifier;
     this_timeline integer := read_model_timeline();
-    history text := this_system::text || '/' || this_timeline::text || '/';
+    key text := pg_backend_pid()::text || '/' || this_timeline::text || '/';
     cached text := current_setting('lectern.position_offset', true);
+    this_system bigint;
     found bigint;
     inserted integer;
 begin
-    if cached is not null and starts_with(cached, history) then
-        return substr(cached, length(history) + 1)::bigint;
+    if cached is not null and starts_with(cached, key) then
+        return substr(cached, length(key) + 1)::bigint;
     end if;
+    this_system := (pg_control_system()).system_identifier;
     select position_offset into found
     from read_model_histories where system_identifier = this_system and timeline = this_timeline;
     if found is null then
@@ -84,7 +88,7 @@ begin
         raise log 'lectern: the read model is written in a new history (system %, timeline %): positions from % on',
             this_system, this_timeline, found;
     end if;
-    perform set_config('lectern.position_offset', history || found::text, false);
+    perform set_config('lectern.position_offset', key || found::text, false);
     return found;
 end;
 $$;
@@ -108,13 +112,17 @@ begin
 end;
 $$;
 
+-- The position once per statement, not once per workspace it touched.
 create or replace function read_model_notify_changes() returns trigger language plpgsql as $$
+declare
+    feed_position text;
 begin
     if tg_op = 'DELETE' then
         perform pg_notify('lectern_changes', workspace_id::text || ' ' || tg_table_name)
         from (select distinct workspace_id from changed_rows) as touched;
     else
-        perform pg_notify('lectern_changes', workspace_id::text || ' ' || tg_table_name || ' ' || read_model_position()::text)
+        feed_position := read_model_position()::text;
+        perform pg_notify('lectern_changes', workspace_id::text || ' ' || tg_table_name || ' ' || feed_position)
         from (select distinct workspace_id from changed_rows) as touched;
     end if;
     return null;

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
-use async_nats::jetstream::stream::Stream;
+use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use futures_util::StreamExt;
 use lectern_schema::events::ChangeEvent;
 use sqlx::PgConnection;
@@ -86,6 +86,7 @@ pub async fn read_through(
     if through < from.max(1) {
         return Ok(Reading { batches, total: 0 });
     }
+    let subjects_read = subjects.clone();
     let mut consumer = stream
         .create_consumer(pull::OrderedConfig {
             filter_subject: subjects,
@@ -99,6 +100,7 @@ pub async fn read_through(
         return Ok(Reading { batches, total });
     }
     let mut messages = consumer.messages().await.map_err(ProjectorError::nats("reading the stream"))?;
+    let (stream, subjects) = (stream.clone(), subjects_read);
     tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
         loop {
@@ -130,8 +132,12 @@ pub async fn read_through(
                 stream_sequence: sequence,
                 payload: message.payload.to_vec(),
             });
-            // `pending`: messages of these subjects after this one.
-            let last = sequence == through || pending == 0;
+            // `pending`: messages of these subjects after this one, as the server counted them
+            // when it delivered this one. nats-server 2.9 sometimes counts 0 with messages
+            // still to come (seen reading a stream being published to: the last one to four
+            // of the range left out), so a 0 before `through` is checked against the stream.
+            let last =
+                sequence >= through || (pending == 0 && !more_before(&stream, &subjects, sequence, through).await);
             let full = batch.len() == BATCH || last;
             if full && sender.send(Ok(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))).await.is_err() {
                 return;
@@ -145,6 +151,19 @@ pub async fn read_through(
         }
     });
     Ok(Reading { batches, total })
+}
+
+/// Whether the stream holds a message of `subjects` after `sequence` and at most `through`
+/// (when it cannot tell, that it does not: the read ends, as it did before this check).
+async fn more_before(stream: &Stream, subjects: &str, sequence: u64, through: u64) -> bool {
+    match stream.get_first_raw_message_by_subject(subjects, sequence + 1).await {
+        Ok(next) => next.sequence <= through,
+        Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => false,
+        Err(error) => {
+            tracing::warn!(%error, "asking the stream whether more events follow; ending the read");
+            false
+        }
+    }
 }
 
 /// The stream sequences of the dead letters: events the projector set aside, which no row

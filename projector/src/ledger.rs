@@ -16,6 +16,7 @@
 //! batch committed, so every sequence acknowledged by then is in the ledger unless the
 //! database lost it.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -191,29 +192,42 @@ pub async fn reconcile(
 }
 
 /// Applies the events of `span` again, each batch recording its own sequences; the caller
-/// then records the whole span: sequences the stream no longer holds have nothing to apply.
+/// then records the whole span. Every sequence of the span is either applied or found
+/// missing from the stream (deleted, or before its first event) one by one: a span is
+/// never recorded on the word of a read that may have ended early.
 async fn apply_again(pool: &PgPool, stream: &Stream, span: Span) -> Result<u64, ProjectorError> {
     let mut applied = 0;
-    if span.events() <= FETCH_ONE_BY_ONE {
-        let mut batch = Vec::new();
-        for sequence in span.first..=span.last {
-            match stream.get_raw_message(sequence).await {
-                Ok(message) => batch.push(Received {
-                    subject: message.subject.to_string(),
-                    stream_sequence: sequence,
-                    payload: message.payload.to_vec(),
-                }),
-                Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => {}
-                Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
-            }
-        }
-        applied += apply(pool, &batch).await?;
-    } else {
+    let mut received = HashSet::new();
+    if span.events() > FETCH_ONE_BY_ONE {
         let mut reading = read_through(stream, subjects(None), span.first, span.last).await?;
         while let Some(batch) = reading.batches.recv().await {
-            applied += apply(pool, &batch?).await?;
+            let batch = batch?;
+            received.extend(batch.iter().map(|message| message.stream_sequence));
+            applied += apply(pool, &batch).await?;
         }
     }
+    let mut batch = Vec::new();
+    for sequence in (span.first..=span.last).filter(|sequence| !received.contains(sequence)) {
+        match stream.get_raw_message(sequence).await {
+            Ok(message) => batch.push(Received {
+                subject: message.subject.to_string(),
+                stream_sequence: sequence,
+                payload: message.payload.to_vec(),
+            }),
+            Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => {}
+            Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
+        }
+        if batch.len() == crate::history::BATCH {
+            applied += apply(pool, &std::mem::take(&mut batch)).await?;
+        }
+    }
+    if span.events() > FETCH_ONE_BY_ONE && !batch.is_empty() {
+        tracing::warn!(
+            sequences = ?batch.iter().map(|message| message.stream_sequence).collect::<Vec<_>>(),
+            "reading the stream through an ordered consumer left out these events; fetched one by one"
+        );
+    }
+    applied += apply(pool, &batch).await?;
     Ok(applied)
 }
 

@@ -197,8 +197,17 @@ async fn after_a_failover_to_a_standby_that_missed_the_last_writes_nothing_ackno
     }
     let restored = eventually(CONVERGES_WITHIN, || async { rows(&on_standby, workspace).await == expected }).await;
     let found = rows(&on_standby, workspace).await;
-    let behind = expected.iter().filter(|(id, want)| found.get(*id) != Some(*want)).count();
-    assert!(restored, "{behind} of {} records are not at their last published version", expected.len());
+    let behind: Vec<String> = expected
+        .iter()
+        .filter(|(id, want)| found.get(*id) != Some(*want))
+        .map(|(id, want)| format!("{id}: {:?}, not {want:?}", found.get(id)))
+        .collect();
+    assert!(
+        restored,
+        "{} of {} records are not at their last published version: {behind:?}",
+        behind.len(),
+        expected.len()
+    );
 
     assert!(
         mirror.converges_to_the_listing(&app, &key).await,
