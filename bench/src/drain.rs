@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use lectern_projector::workspace_indexes;
+use lectern_projector::daemon::workspace_indexes;
 use uuid::Uuid;
 
 use super::infra::{Database, Nats, Process};

@@ -20,7 +20,7 @@ use lectern_api::feed::params::FeedLimit;
 use lectern_api::feed::token::{FeedScope, SyncTokens};
 use lectern_api::feed::FeedPosition;
 use lectern_api::operations::names::FEED_READ_AHEAD;
-use lectern_projector::workspace_indexes::OwnIndexSettings;
+use lectern_projector::daemon::workspace_indexes::OwnIndexSettings;
 use secrecy::SecretString;
 use uuid::Uuid;
 
@@ -28,12 +28,13 @@ use super::api::{self, Api, CURSOR_SECRET};
 use super::api_side;
 use super::cpu_shares::postgres_seconds;
 use super::drain_ab::{self, median, Build};
+use super::feed_client::poll;
 use super::feed_latency::{self, Quantiles};
 use super::infra::{Database, Nats};
 use super::machine::cpu_seconds;
 use super::report::{millis, thousands, Report, Row};
 use super::scenarios::{substitute, Scenario};
-use super::{drain, plain_sql, publish, Context, Result, Setup};
+use super::{drain, plain_sql, publish, Result, Setup};
 use lectern_fixtures::generator::plan::Plan;
 
 /// Catch-up and listing traversals, alternated: the median of three of each.
@@ -345,38 +346,6 @@ fn empty_poll(key: &str, token: &str, workspace: Uuid, position: FeedPosition) -
         ],
         plan_cache_mode: PlanMode::Generic.setting(),
     })
-}
-
-/// One page of the contacts feed, as a client reads it.
-pub struct Page {
-    pub ids: Vec<String>,
-    pub has_more: bool,
-    pub sync_token: String,
-}
-
-/// `GET /v1/contacts/changes?<query>` with `key`; an error unless a 200 with a token.
-pub async fn poll(client: &reqwest::Client, base: &str, key: &str, query: &str) -> Result<Page> {
-    let response = client
-        .get(format!("{base}/v1/contacts/changes?{query}"))
-        .header("X-API-Key", key)
-        .send()
-        .await
-        .context("GET /v1/contacts/changes")?;
-    if !response.status().is_success() {
-        return Err(
-            format!("the feed answered {}: {}", response.status(), response.text().await.unwrap_or_default()).into()
-        );
-    }
-    let page: serde_json::Value = response.json().await.context("a page of the contacts feed")?;
-    let ids = page["data"]
-        .as_array()
-        .map(|changes| changes.iter().filter_map(|change| change["id"].as_str().map(str::to_owned)).collect())
-        .unwrap_or_default();
-    let sync_token = page["syncToken"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("a feed page without a syncToken: {page}"))?;
-    Ok(Page { ids, has_more: page["hasMore"].as_bool().unwrap_or(false), sync_token })
 }
 
 /// A whole feed read from its beginning.

@@ -23,7 +23,7 @@ use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use super::feed::{poll, Page};
+use super::feed_client::{poll, Page};
 use super::publish::Publisher;
 use super::report::millis;
 use super::{Context, Result};

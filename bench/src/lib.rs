@@ -18,7 +18,8 @@
 //! - [`soak`]: with `--soak`, the bounded soak of issue 6 instead of the comparisons.
 //! - [`feed`]: with `--feed`, the changes feed's scenarios instead of the comparisons:
 //!   catch-up and empty polls ([`feed`]), its latencies ([`feed_latency`]) and the
-//!   drain against the projector before the feed ([`drain_ab`]).
+//!   drain against the projector before the feed ([`drain_ab`]); the feed's client
+//!   ([`feed_client`]).
 //! - [`replicas`]: with `--replicas`, reads from a streaming replica (issue 27) instead of
 //!   the comparisons: a private primary and its standby, an API on each arrangement, the
 //!   projector on a NATS cluster.
@@ -30,6 +31,7 @@ pub mod cpu_shares;
 pub mod drain;
 pub mod drain_ab;
 pub mod feed;
+pub mod feed_client;
 pub mod feed_latency;
 pub mod infra;
 pub mod latency;

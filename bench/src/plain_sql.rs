@@ -99,7 +99,9 @@ pub async fn write_all(plan: &Plan, url: &str) -> Result<Written> {
         transaction.commit().await?;
         rows += batch.rows;
     }
-    lectern_projector::durable_acks::flush_barrier(&mut connection).await.context("flush the plain SQL load")?;
+    lectern_projector::daemon::durable_acks::flush_barrier(&mut connection)
+        .await
+        .context("flush the plain SQL load")?;
     Ok(Written { rows, elapsed: started.elapsed() })
 }
 

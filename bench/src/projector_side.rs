@@ -2,7 +2,7 @@
 //! publish→visible latency at a steady 2,000 events/s; then the same rows written by
 //! plain SQL into a second empty database.
 
-use lectern_projector::workspace_indexes::OwnIndexSettings;
+use lectern_projector::daemon::workspace_indexes::OwnIndexSettings;
 
 use super::cpu_shares::CpuShares;
 use super::infra::{Database, Nats};
@@ -114,7 +114,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     if let Some(built) = own_index {
         report.notes.push(match built {
             Some(after) => format!(
-                "The big workspace's own search index (`lectern_projector::workspace_indexes`, built by the projector \
+                "The big workspace's own search index (`lectern_projector::daemon::workspace_indexes`, built by the projector \
                  at {} active contacts): ready {:.0} s after the drain and an `analyze` (its candidates come from the planner's statistics; \
                  this machine's PostgreSQL runs without autovacuum); the measurements below ran with it.",
                 thousands(OwnIndexSettings::default().from_rows as f64),

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use lectern_api::operations::names::{READS, REPLICA_IN_ROTATION};
 use lectern_private_postgres::PrivatePostgres;
-use lectern_projector::workspace_indexes::OwnIndexSettings;
+use lectern_projector::daemon::workspace_indexes::OwnIndexSettings;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 

@@ -2,11 +2,11 @@
 //! stack that runs its parts apart (Docker Compose's `demo` service).
 
 use clap::{Parser, Subcommand};
-use lectern_api::config::ServeArgs;
 use lectern_fixtures::demo::DEMO_WORKSPACE;
 use uuid::Uuid;
 
 use crate::error::DevError;
+use crate::stack::StackArgs;
 
 /// Lectern on this machine in one command: migrations, the projector, the demo data
 /// published through NATS, a fresh key, the API.
@@ -23,16 +23,6 @@ struct Cli {
 enum Command {
     /// Publish the demo workspace's events to NATS and exit; does nothing once published.
     PublishDemo(PublishDemoArgs),
-}
-
-/// Everything the stack needs: the API's settings and where NATS is.
-#[derive(Clone, Debug, clap::Args)]
-pub struct StackArgs {
-    #[command(flatten)]
-    pub serve: ServeArgs,
-    /// NATS server (with JetStream) the in-process projector consumes and the demo publishes to.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
 }
 
 #[derive(Clone, Debug, clap::Args)]

@@ -10,20 +10,20 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use lectern_api::cli::serve::{self, cancel_on_signal};
+use lectern_api::cli::serve;
 use lectern_api::cli::{database_error, migrate, write_stdout};
 use lectern_api::config::ServeArgs;
 use lectern_api::keys::store::{self, NewKey};
 use lectern_api::keys::{IssuedKey, Scope};
 use lectern_fixtures::demo::{self, DemoCounts, DEMO_WORKSPACE};
-use lectern_projector::consumer::{self, RunSettings};
+use lectern_projector::daemon::consumer::{self, RunSettings};
+use lectern_runtime::process::cancel_on_signal;
 use lectern_schema::events::EntityKind;
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::cli::StackArgs;
 use crate::error::DevError;
 use crate::publish::{publish_demo, resend_demo, DemoOutcome};
 
@@ -33,6 +33,16 @@ const NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// API is served anyway so the newcomer can look.
 const PROJECTION_WAIT: Duration = Duration::from_secs(60);
 
+/// Everything the stack needs: the API's settings and where NATS is.
+#[derive(Clone, Debug, clap::Args)]
+pub struct StackArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// NATS server (with JetStream) the in-process projector consumes and the demo publishes to.
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+}
+
 /// Runs the stack until Ctrl-C or SIGTERM.
 pub async fn run(args: StackArgs) -> Result<(), DevError> {
     serve::install_metrics_recorder();
@@ -41,7 +51,7 @@ pub async fn run(args: StackArgs) -> Result<(), DevError> {
     migrate(url).await?;
     let nats = connect_nats(&args.nats_url).await?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(cancel_on_signal(shutdown.clone(), "shutting down: finishing in-flight work"));
 
     let projector_pool = consumer::pool(url).map_err(|source| database_error(url, source))?;
     let projector =

@@ -13,16 +13,10 @@ use lectern_schema::events::{ChangeEvent, ChangeKind, EntityKind, RecordState};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::dead_letters::{self, Refused};
+use crate::dead_letters;
 use crate::error::is_transient_database_error;
-
-/// One message as received: where it came from and its raw bytes.
-#[derive(Clone, Debug)]
-pub struct Received {
-    pub subject: String,
-    pub stream_sequence: u64,
-    pub payload: Vec<u8>,
-}
+pub use crate::message::Received;
+use crate::message::Refused;
 
 /// What a batch did, for logs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,7 +32,7 @@ pub enum CommitMode {
     Flushed,
     /// The commit returns before its flush (`synchronous_commit = off` for that
     /// transaction alone), so its rows are visible sooner; acknowledge only after a flush
-    /// barrier ([`crate::durable_acks`]). A batch of one table's events with nothing
+    /// barrier ([`crate::daemon::durable_acks`]). A batch of one table's events with nothing
     /// refused, the usual kind, is then a single statement and one round trip.
     BeforeFlush,
 }
@@ -70,7 +64,7 @@ impl CommitMode {
 type Decoded<'a> = (&'a Received, ChangeEvent);
 
 /// Decodes, applies and dead-letters `batch` in one transaction, committed as `mode`
-/// says, and records every message of it as applied (see [`crate::ledger`]) in the same
+/// says, and records every message of it as applied (see [`crate::daemon::ledger`]) in the same
 /// transaction. An `Err` means nothing was committed, and the whole batch may be retried.
 pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) -> Result<Applied, sqlx::Error> {
     let sequences: Vec<i64> =

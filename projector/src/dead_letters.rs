@@ -1,5 +1,5 @@
-//! Dead letters: storing the messages that break the contract, whatever bytes they
-//! hold, and listing and retrying them.
+//! Dead letters: storing the messages that break the contract, whatever bytes they hold
+//! (listing and retrying them is an operator's tool: `repair::dead_letters`).
 //!
 //! A dead letter must be stored, or its message would be retried for ever and every
 //! message pulled with it would wait too. The payload is `bytea` and takes anything,
@@ -10,19 +10,14 @@
 //! letter the database still refuses is stored again with its text escaped to printable
 //! ASCII, which every encoding holds ([`store_one_by_one`]). Only if even that is refused
 //! (the table is gone, a permission is missing) does its batch fail and retry,
-//! unacknowledged, in view of `status` and readiness (see [`crate::stuck`]).
+//! unacknowledged, in view of `status` and readiness (see [`crate::daemon::stuck`]).
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, Utc};
-use lectern_schema::events::ChangeEvent;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
-use crate::apply::{write_events, Received};
 use crate::error::is_transient_database_error;
-
-/// A message that broke the contract, or that the database refused, and why.
-pub type Refused<'a> = (&'a Received, String);
+use crate::message::{Received, Refused};
 
 /// Stores `refused` in one statement, inside the caller's transaction.
 pub async fn store(connection: &mut PgConnection, refused: &[Refused<'_>]) -> Result<(), sqlx::Error> {
@@ -114,7 +109,7 @@ async fn insert(connection: &mut PgConnection, rows: &[Row<'_>]) -> Result<(), s
 
 /// `text` with NUL, the one character PostgreSQL's `text` refuses in a UTF-8 database,
 /// written `\u{0}`.
-fn without_nul(text: &str) -> Cow<'_, str> {
+pub(crate) fn without_nul(text: &str) -> Cow<'_, str> {
     if text.contains('\0') {
         Cow::Owned(text.replace('\0', "\\u{0}"))
     } else {
@@ -124,7 +119,7 @@ fn without_nul(text: &str) -> Cow<'_, str> {
 
 /// `text` in printable ASCII, which every server encoding holds: a backslash doubled and
 /// every other character outside printable ASCII written `\u{…}`, so nothing is lost.
-fn in_ascii(text: &str) -> Cow<'_, str> {
+pub(crate) fn in_ascii(text: &str) -> Cow<'_, str> {
     escape(text, |c| c == ' ' || (c.is_ascii_graphic() && c != '\\'))
 }
 
@@ -147,117 +142,6 @@ fn escape(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(escaped)
-}
-
-/// The subject exactly as received: its bytes when `subject` holds it escaped.
-const EXACT_SUBJECT: &str = "coalesce(subject_bytes, convert_to(subject, 'UTF8'))";
-
-/// A stored dead letter.
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeadLetter {
-    pub id: i64,
-    /// The subject exactly as received (JSON escapes a NUL in it as `\u0000`).
-    pub subject: String,
-    pub stream_sequence: i64,
-    pub reason: String,
-    pub received_at: DateTime<Utc>,
-    /// The payload as text when it is UTF-8 (for reading), else null.
-    pub payload_text: Option<String>,
-}
-
-/// A dead-letter row as stored.
-#[derive(sqlx::FromRow)]
-struct StoredDeadLetter {
-    id: i64,
-    subject: Vec<u8>,
-    stream_sequence: i64,
-    reason: String,
-    received_at: DateTime<Utc>,
-    payload: Vec<u8>,
-}
-
-pub async fn list(pool: &PgPool) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    let rows: Vec<StoredDeadLetter> = sqlx::query_as(&format!(
-        "select id, {EXACT_SUBJECT} as subject, stream_sequence, reason, received_at, payload
-         from dead_letters order by id"
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| DeadLetter {
-            id: row.id,
-            // Subjects come from NATS as UTF-8; only a row written by hand can be otherwise.
-            subject: String::from_utf8(row.subject)
-                .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned()),
-            stream_sequence: row.stream_sequence,
-            reason: row.reason,
-            received_at: row.received_at,
-            payload_text: String::from_utf8(row.payload).ok(),
-        })
-        .collect())
-}
-
-pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await
-}
-
-/// What `retry` did with each dead letter.
-#[derive(Debug, Default, serde::Serialize)]
-pub struct RetryOutcome {
-    /// Ids that now validate, were applied and left the table.
-    pub applied: Vec<i64>,
-    /// Ids that still break the contract, with the reason.
-    pub still_failing: Vec<(i64, String)>,
-}
-
-/// Re-validates the chosen dead letters (all when `only` is `None`) against their exact
-/// subject and payload, and applies those that pass; each is applied and removed in one
-/// transaction.
-pub async fn retry(pool: &PgPool, only: Option<i64>) -> Result<RetryOutcome, sqlx::Error> {
-    let rows: Vec<(i64, Vec<u8>, Vec<u8>)> = sqlx::query_as(&format!(
-        "select id, {EXACT_SUBJECT}, payload from dead_letters where $1::int8 is null or id = $1 order by id"
-    ))
-    .bind(only)
-    .fetch_all(pool)
-    .await?;
-    let mut outcome = RetryOutcome::default();
-    for (id, subject, payload) in rows {
-        let decoded = match String::from_utf8(subject) {
-            Ok(subject) => ChangeEvent::decode_from(&subject, &payload).map_err(|error| error.to_string()),
-            Err(_) => Err("the subject is not UTF-8".to_owned()),
-        };
-        match decoded {
-            Ok(event) => {
-                let mut transaction = pool.begin().await?;
-                write_events(&mut transaction, std::iter::once(&event)).await?;
-                sqlx::query("delete from dead_letters where id = $1").bind(id).execute(&mut *transaction).await?;
-                transaction.commit().await?;
-                outcome.applied.push(id);
-            }
-            Err(reason) => {
-                set_reason(pool, id, &reason).await?;
-                outcome.still_failing.push((id, reason));
-            }
-        }
-    }
-    Ok(outcome)
-}
-
-/// Stores a dead letter's new reason, as [`store_one_by_one`] would: NUL escaped, or all
-/// in printable ASCII if the database refuses it so.
-async fn set_reason(pool: &PgPool, id: i64, reason: &str) -> Result<(), sqlx::Error> {
-    const UPDATE: &str = "update dead_letters set reason = $2 where id = $1";
-    match sqlx::query(UPDATE).bind(id).bind(without_nul(reason).as_ref()).execute(pool).await {
-        Err(error) if !is_transient_database_error(&error) => {
-            sqlx::query(UPDATE).bind(id).bind(in_ascii(reason).as_ref()).execute(pool).await?;
-        }
-        updated => {
-            updated?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

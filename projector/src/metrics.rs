@@ -70,25 +70,26 @@ pub fn record_handed_back(messages: usize) {
 }
 
 /// Events applied again because the database had lost them though JetStream saw them
-/// acknowledged ([`crate::ledger`]).
+/// acknowledged ([`crate::daemon::ledger`]).
 pub fn record_applied_again(events: u64) {
     metrics::counter!(names::APPLIED_AGAIN).increment(events);
 }
 
-/// Batches in hand longer than the stuck bound ([`crate::stuck`]); above 0, events are
+/// Batches in hand longer than the stuck bound ([`crate::daemon::stuck`]); above 0, events are
 /// waiting that the consumer's lag does not count.
 pub fn record_stuck_batches(batches: usize) {
     metrics::gauge!(names::STUCK_BATCHES).set(batches as f64);
 }
 
-/// The last `verify` recorded (any process's): when it finished, how many records had
-/// drifted, and its outcome as a 1 among the three outcomes' gauges.
-pub fn record_last_verification(last: &crate::verify::report::LastVerification) {
-    metrics::gauge!(names::LAST_VERIFY_TIME).set(last.finished_at.timestamp_millis() as f64 / 1000.0);
-    metrics::gauge!(names::LAST_VERIFY_DRIFTED).set(last.drifted as f64);
+/// The last `verify` recorded (any process's): when it finished (seconds since the
+/// epoch), how many records had drifted, and its outcome (`agreed`, `drifted`,
+/// `undecided`) as a 1 among the three outcomes' gauges.
+pub fn record_last_verification(finished_at: f64, drifted: i64, last_outcome: &str) {
+    metrics::gauge!(names::LAST_VERIFY_TIME).set(finished_at);
+    metrics::gauge!(names::LAST_VERIFY_DRIFTED).set(drifted as f64);
     for outcome in ["agreed", "drifted", "undecided"] {
         metrics::gauge!(names::LAST_VERIFY_OUTCOME, "outcome" => outcome)
-            .set(f64::from(u8::from(last.outcome == outcome)));
+            .set(f64::from(u8::from(last_outcome == outcome)));
     }
 }
 

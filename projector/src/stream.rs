@@ -18,7 +18,7 @@ pub const CONSUMER: &str = "lectern-projector";
 /// How long a delivered message may go without an ack or a progress ack before JetStream
 /// redelivers it. Short, so that what a killed projector had in hand comes back within
 /// seconds rather than after JetStream's default half minute; what a live projector has
-/// in hand is kept alive with progress acks ([`crate::in_hand`]).
+/// in hand is kept alive with progress acks ([`crate::daemon::in_hand`]).
 pub const ACK_WAIT: Duration = Duration::from_secs(5);
 
 /// The setting that names the NATS servers, for messages.

@@ -1,15 +1,17 @@
 //! `lectern-runtime`: what both of Lectern's binaries run on, so that operators see one
 //! service: the log format switch, which database failures are worth retrying, the
-//! command runner, the operations listener (metrics, health, readiness) and the
-//! `healthcheck` probe.
+//! command runner, stopping on a signal and writing output, the operations listener
+//! (metrics, health, readiness) and the `healthcheck` probe.
 //!
 //! # Layout
 //! - [`json_log`]: log lines as JSON, written without an intermediate value.
 //! - [`probe`]: the `healthcheck` command's request to a readiness endpoint.
+//! - [`process`]: a command's edges: stopping on a signal, writing its output.
 //! - [`server`]: the operations listener: `/metrics`, `/healthz`, `/readyz`.
 
 pub mod json_log;
 pub mod probe;
+pub mod process;
 pub mod server;
 
 use std::io::IsTerminal;

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use lectern_projector::consumer::{self, RunSettings};
+use lectern_projector::daemon::consumer::{self, RunSettings};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;

@@ -3,7 +3,6 @@
 mod keys;
 pub mod serve;
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -88,6 +87,5 @@ async fn connect(args: &DatabaseArgs) -> Result<sqlx::PgPool, CommandError> {
 
 /// Writes `text` to stdout, flushed: a command's output.
 pub fn write_stdout(text: &str) -> Result<(), CommandError> {
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(CommandError::Output)
+    lectern_runtime::process::write_stdout(text).map_err(CommandError::Output)
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use lectern_runtime::process::cancel_on_signal;
 use lectern_runtime::server::OperationsServer;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +21,7 @@ use crate::operations;
 pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     install_metrics_recorder();
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(cancel_on_signal(shutdown.clone(), "shutting down: finishing in-flight work"));
     let pool = open_pool(&args)?;
     if let Err(error) = sqlx::query("select 1").execute(&pool).await {
         tracing::warn!(database = %db::redacted(&args.database.database_url), %error, "database not reachable yet; answering 503 until it is");
@@ -113,35 +114,4 @@ impl Bound {
         tracing::info!("lectern-api stopped");
         Ok(())
     }
-}
-
-/// Cancels `token` on Ctrl-C or SIGTERM.
-pub async fn cancel_on_signal(token: CancellationToken) {
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::error!(%error, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {},
-        () = terminate => {},
-        () = token.cancelled() => return,
-    }
-    tracing::info!("shutting down: finishing in-flight work");
-    token.cancel();
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, stream::ClusterInfo};
 use async_nats::HeaderMap;
 use futures_util::future::join_all;
-use lectern_projector::consumer::RunSettings;
+use lectern_projector::daemon::consumer::RunSettings;
 use lectern_projector::stream::{connect_once, ensure_stream, CONSUMER, STREAM};
 use lectern_tests::nats::TestCluster;
 use lectern_tests::projector::{contact_event, eventually, RunningProjector};

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lectern_projector::consumer::RunSettings;
+use lectern_projector::daemon::consumer::RunSettings;
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{
     contact_event, contact_row, eventually, item_created, item_data, publish, publish_raw, RunningProjector,

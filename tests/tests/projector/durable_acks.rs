@@ -1,6 +1,6 @@
 //! Batches commit without waiting for their WAL flush, so their messages are
 //! acknowledged only after a flush barrier on the connection that was open before the
-//! batch began (`lectern_projector::durable_acks`). Without that witness the barrier
+//! batch began (`lectern_projector::daemon::durable_acks`). Without that witness the barrier
 //! proves nothing (a crash in between may have lost the commit), and the messages must
 //! come back for redelivery instead.
 
@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures_util::StreamExt;
-use lectern_projector::durable_acks::{DurableAcks, Witness};
-use lectern_projector::in_hand::InHand;
+use lectern_projector::daemon::durable_acks::{DurableAcks, Witness};
+use lectern_projector::daemon::in_hand::InHand;
 use lectern_projector::stream::{ensure_consumer, ensure_stream, ACK_WAIT};
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, eventually, publish};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use lectern_api::keys::Scope;
-use lectern_projector::consumer::{pool_for, RunSettings};
+use lectern_projector::daemon::consumer::{pool_for, RunSettings};
 use lectern_projector::stream::{CONSUMER, STREAM};
 use lectern_tests::app::{urlencode, TestApp};
 use lectern_tests::history::{random_history_of, HistoryEvent, Rng};

@@ -162,7 +162,7 @@ async fn a_rebuild_refuses_while_another_runs_and_when_the_stream_dropped_early_
     // Another rebuild holds the lock.
     let mut holder = sqlx::PgConnection::connect(&db.url).await.expect("connect");
     sqlx::query("select pg_advisory_lock($1)")
-        .bind(lectern_projector::rebuild::REBUILD_LOCK)
+        .bind(lectern_projector::repair::rebuild::REBUILD_LOCK)
         .execute(&mut holder)
         .await
         .expect("take the rebuild lock");

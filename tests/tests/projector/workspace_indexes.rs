@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lectern_projector::consumer::RunSettings;
-use lectern_projector::workspace_indexes::{self, index_name, OwnIndexSettings, ROUND_LOCK};
+use lectern_projector::daemon::consumer::RunSettings;
+use lectern_projector::daemon::workspace_indexes::{self, index_name, OwnIndexSettings, ROUND_LOCK};
 use lectern_tests::nats::TestNats;
 use lectern_tests::projector::{contact_event, eventually, item_created, item_data, publish, RunningProjector};
 use lectern_tests::TestDatabase;

@@ -25,8 +25,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::error::ProjectorError;
-use crate::history::{read_through, subjects, whole_history, MissingHistory};
-use crate::progress::Progress;
+use crate::repair::history::{read_through, subjects, whole_history, MissingHistory};
+use crate::repair::progress::Progress;
 use crate::stream::{CONSUMER, STREAM};
 use compare::{Counts, Drift, WrittenSince};
 use expected::Expected;

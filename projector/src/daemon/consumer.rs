@@ -1,6 +1,6 @@
 //! The run loop: pull a batch, apply it in one transaction, acknowledge once its
-//! commit is flushed (see [`crate::durable_acks`]); beside it, the events the database
-//! lost applied again ([`crate::ledger`]).
+//! commit is flushed (see [`crate::daemon::durable_acks`]); beside it, the events the database
+//! lost applied again ([`crate::daemon::ledger`]).
 //!
 //! Up to [`RunSettings::concurrent_batches`] batches are applied at once, each in its
 //! own transaction on its own connection. One PostgreSQL session uses one core, and an
@@ -15,8 +15,8 @@
 //!
 //! Transient failures (PostgreSQL or NATS away) are retried with backoff, without
 //! acknowledging and without exiting; the messages stay ours meanwhile
-//! ([`crate::in_hand`]), and a batch that stays uncommitted too long is reported
-//! ([`crate::stuck`]). On shutdown the batches in hand are finished, committed and
+//! ([`crate::daemon::in_hand`]), and a batch that stays uncommitted too long is reported
+//! ([`crate::daemon::stuck`]). On shutdown the batches in hand are finished, committed and
 //! acknowledged before the loop returns.
 
 use std::sync::Arc;
@@ -30,15 +30,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, CommitMode, Received};
-use crate::durable_acks::DurableAcks;
+use crate::daemon::durable_acks::DurableAcks;
+use crate::daemon::in_hand::InHand;
+use crate::daemon::ledger;
+use crate::daemon::pending_lists;
+use crate::daemon::pull::{pull, PullSize};
+use crate::daemon::stuck;
+use crate::daemon::workspace_indexes::{self, OwnIndexSettings};
 use crate::error::ProjectorError;
-use crate::in_hand::InHand;
-use crate::ledger;
-use crate::pending_lists;
-use crate::pull::pull;
 use crate::stream::{ensure_consumer, ensure_stream};
-use crate::stuck;
-use crate::workspace_indexes::{self, OwnIndexSettings};
 
 /// How the loop pulls.
 #[derive(Clone, Debug)]
@@ -153,7 +153,15 @@ pub async fn run_watched(
         while let Some(finished) = in_flight.try_join_next() {
             report_if_panicked(finished);
         }
-        let batch = match pull(&consumer, &client, &settings, catching_up, &shutdown).await {
+        let batch = match pull(
+            &consumer,
+            &client,
+            PullSize { batch_size: settings.batch_size, pull_wait: settings.pull_wait },
+            catching_up,
+            &shutdown,
+        )
+        .await
+        {
             Ok(batch) => batch,
             Err(error) => {
                 tracing::warn!(%error, "pulling from JetStream failed; retrying");

@@ -1,23 +1,30 @@
-//! The `lectern-projector` command line.
+//! The `lectern-projector` command line: the arguments of every command, and `run`'s
+//! wiring; each other command's work in a file of its own.
+//!
+//! # Layout
+//! - [`status`]: what `status` prints.
+//! - [`publish`]: events checked and published (`publish`).
+//! - [`dead_letters`]: the dead letters as `dead-letters list | retry` show them.
 
-use std::io::{Read, Write};
+mod dead_letters;
+mod publish;
+mod status;
+
 use std::process::ExitCode;
 
-use async_nats::jetstream;
 use clap::{Args, Parser, Subcommand};
-use lectern_schema::events::ChangeEvent;
+use lectern_runtime::process::cancel_on_signal;
+use lectern_runtime::server::OperationsServer;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{self, RunSettings};
-use crate::dead_letters;
+use crate::daemon::consumer::{self, RunSettings};
+use crate::daemon::operations;
+use crate::daemon::stuck;
+use crate::daemon::workspace_indexes::OwnIndexSettings;
 use crate::error::ProjectorError;
-use crate::operations;
-use crate::stream::{self, ensure_consumer, ensure_stream};
-use crate::stuck;
-use crate::verify::{self, VerifyOptions};
-use crate::workspace_indexes::OwnIndexSettings;
-use lectern_runtime::server::OperationsServer;
+use crate::repair::verify::{self, VerifyOptions};
+use crate::stream;
 
 /// Lectern's projector: change events from NATS JetStream into the read model.
 #[derive(Debug, Parser)]
@@ -205,44 +212,16 @@ fn init_logging() {
 async fn run(command: Command) -> Result<(), ProjectorError> {
     match command {
         Command::Run(args) => run_projector(args).await,
-        Command::Status(args) => status(args).await,
+        Command::Status(args) => status::status(args).await,
         Command::Verify(args) => verify(args).await.map(drop),
         Command::Rebuild(args) => rebuild(args).await,
         Command::DeadLetters(DeadLettersCommand::List { database, output }) => {
-            let letters = dead_letters::list(&connect(&database).await?).await?;
-            match output {
-                Output::Json => write_stdout(&format!("{}\n", to_json(&letters)?)),
-                Output::Text if letters.is_empty() => write_stdout("No dead letters.\n"),
-                Output::Text => write_stdout(
-                    &letters
-                        .iter()
-                        .map(|letter| {
-                            format!(
-                                "{}  seq {}  {}  {}\n    {}\n",
-                                letter.id,
-                                letter.stream_sequence,
-                                letter.received_at.to_rfc3339(),
-                                dead_letters::printable(&letter.subject),
-                                dead_letters::printable(&letter.reason)
-                            )
-                        })
-                        .collect::<String>(),
-                ),
-            }
+            dead_letters::list(&connect(&database).await?, output).await
         }
         Command::DeadLetters(DeadLettersCommand::Retry { database, id, all }) => {
-            let pool = connect(&database).await?;
-            let outcome = dead_letters::retry(&pool, if all { None } else { id }).await?;
-            if !all && outcome.applied.is_empty() && outcome.still_failing.is_empty() {
-                return Err(ProjectorError::Usage(format!("no dead letter with id {}", id.unwrap_or_default())));
-            }
-            let mut text = format!("{} applied and removed", outcome.applied.len());
-            for (id, reason) in &outcome.still_failing {
-                text.push_str(&format!("\n{id} still fails: {}", dead_letters::printable(reason)));
-            }
-            write_stdout(&format!("{text}\n"))
+            dead_letters::retry(&connect(&database).await?, id, all).await
         }
-        Command::Publish(args) => publish(args).await,
+        Command::Publish(args) => publish::publish(args).await,
         Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(ProjectorError::Unhealthy),
     }
 }
@@ -267,7 +246,7 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     );
     let client = stream::connect(&args.nats.nats_url).await?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(cancel_on_signal(shutdown.clone(), "shutting down: finishing the batch in hand"));
     let stopped = shutdown.clone();
     let batches = stuck::Batches::new(std::time::Duration::from_secs(args.stuck_after));
     let operations_task = tokio::spawn(operations_server.run(
@@ -275,7 +254,7 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         operations::before_scrape(batches.clone()),
         async move { stopped.cancelled().await },
     ));
-    tokio::spawn(export_last_verification(pool.clone(), shutdown.clone()));
+    tokio::spawn(operations::export_last_verification(pool.clone(), shutdown.clone()));
     let settings = RunSettings {
         batch_size: usize::from(args.batch_size),
         concurrent_batches: usize::from(args.concurrent_batches),
@@ -292,49 +271,6 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         tracing::warn!(%error, "the operations listener stopped with an error");
     }
     consumed
-}
-
-/// How often the running projector reads the last verify for its metrics.
-const LAST_VERIFICATION_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// Exports the last verify recorded (by whichever process ran it) as metrics, until
-/// `shutdown`.
-async fn export_last_verification(pool: PgPool, shutdown: CancellationToken) {
-    loop {
-        match verify::report::last(&pool).await {
-            Ok(Some(last)) => crate::metrics::record_last_verification(&last),
-            Ok(None) => {}
-            Err(error) => tracing::debug!(%error, "reading the last verify for the metrics"),
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(LAST_VERIFICATION_EVERY) => {}
-        }
-    }
-}
-
-/// Cancels `token` on Ctrl-C or SIGTERM.
-async fn cancel_on_signal(token: CancellationToken) {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down: finishing the batch in hand");
-    token.cancel();
 }
 
 async fn verify(args: VerifyArgs) -> Result<ExitCode, ProjectorError> {
@@ -354,7 +290,7 @@ async fn verify(args: VerifyArgs) -> Result<ExitCode, ProjectorError> {
 
 async fn rebuild(args: RebuildArgs) -> Result<(), ProjectorError> {
     let client = stream::connect_once(&args.nats.nats_url).await?;
-    let rebuilt = crate::rebuild::rebuild(client, &args.database.database_url, args.force).await?;
+    let rebuilt = crate::repair::rebuild::rebuild(client, &args.database.database_url, args.force).await?;
     match args.output {
         Output::Json => write_stdout(&format!("{}\n", to_json(&rebuilt)?)),
         Output::Text => write_stdout(&format!(
@@ -376,132 +312,10 @@ async fn rebuild(args: RebuildArgs) -> Result<(), ProjectorError> {
     }
 }
 
-async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
-    let client = stream::connect_once(&args.nats.nats_url).await?;
-    let jetstream = jetstream::new(client);
-    let mut stream = ensure_stream(&jetstream, usize::from(args.nats.stream_replicas)).await?;
-    let mut consumer = ensure_consumer(&stream).await?;
-    let last_sequence =
-        stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
-    let info = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
-    let stuck = stuck::reported(&jetstream).await?;
-    let pool = connect(&args.database).await?;
-    let dead = dead_letters::count(&pool).await?;
-    let last_verify = verify::report::last(&pool).await?;
-    let rebuild = crate::rebuild::shadow::under_way(&pool).await?;
-    let status = serde_json::json!({
-        "stream": stream::STREAM,
-        "consumer": stream::CONSUMER,
-        "lastSequence": last_sequence,
-        "ackFloor": info.ack_floor.stream_sequence,
-        "pending": info.num_pending,
-        "unacknowledged": info.num_ack_pending,
-        "deadLetters": dead,
-        "stuckBatches": stuck,
-        "lastVerify": last_verify,
-        "rebuild": rebuild,
-    });
-    match args.output {
-        Output::Json => write_stdout(&format!("{status}\n")),
-        Output::Text => write_stdout(&format!(
-            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}{}{}\n",
-            stream::STREAM,
-            last_sequence,
-            stream::CONSUMER,
-            info.ack_floor.stream_sequence,
-            info.num_pending,
-            info.num_ack_pending,
-            dead,
-            stuck.len(),
-            stuck.iter().map(describe_stuck).collect::<String>(),
-            last_verify.map_or_else(|| "no verify recorded".to_owned(), |last| last.describe()),
-            rebuild.map_or_else(String::new, |under_way| format!("\n{}", under_way.describe()))
-        )),
-    }
-}
-
-/// One stuck batch, indented under the count.
-fn describe_stuck(held: &stuck::HeldBatch) -> String {
-    let batch = &held.batch;
-    format!(
-        "    {} message(s) from stream sequence {}, in hand since {} ({}): {}\n",
-        batch.messages,
-        batch.first_sequence,
-        batch.pulled_at.to_rfc3339(),
-        held.process,
-        dead_letters::printable(batch.last_error.as_deref().unwrap_or("its first attempt has not returned"))
-    )
-}
-
-async fn publish(args: PublishArgs) -> Result<(), ProjectorError> {
-    let mut events = Vec::new();
-    if args.files.is_empty() {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|source| ProjectorError::Input { input: "standard input".to_owned(), source })?;
-        events.extend(text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned));
-    } else {
-        for file in &args.files {
-            let text = std::fs::read_to_string(file)
-                .map_err(|source| ProjectorError::Input { input: file.display().to_string(), source })?;
-            events.push(text);
-        }
-    }
-    // All or nothing: every event is checked before the first is published.
-    let events = events
-        .into_iter()
-        .enumerate()
-        .map(|(index, text)| {
-            ChangeEvent::decode(text.as_bytes()).map(|event| (event, text)).map_err(|error| {
-                ProjectorError::Usage(format!("event {} is not valid, nothing published: {error}", index + 1))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let client = stream::connect_once(&args.nats.nats_url).await?;
-    let jetstream = jetstream::new(client);
-    ensure_stream(&jetstream, usize::from(args.nats.stream_replicas)).await?;
-    let mut published = 0;
-    for (event, text) in events {
-        let mut headers = async_nats::HeaderMap::new();
-        // JetStream stores one copy of a re-published event within its duplicate window.
-        headers.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
-        jetstream
-            .publish_with_headers(event.expected_subject(), headers, text.into_bytes().into())
-            .await
-            .map_err(ProjectorError::nats("publishing an event"))?
-            .await
-            .map_err(ProjectorError::nats("awaiting an event's acknowledgement"))?;
-        published += 1;
-    }
-    write_stdout(&format!("published {published} event(s)\n"))
-}
-
 fn to_json(value: &impl serde::Serialize) -> Result<String, ProjectorError> {
     serde_json::to_string(value).map_err(ProjectorError::Encoding)
 }
 
 fn write_stdout(text: &str) -> Result<(), ProjectorError> {
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(ProjectorError::Output)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{publish, NatsArgs, PublishArgs};
-
-    #[tokio::test]
-    async fn a_missing_input_file_is_named_as_the_input_that_could_not_be_read() {
-        let missing = std::env::temp_dir().join(format!("lectern-no-such-event-{}.json", uuid::Uuid::new_v4()));
-        // Nothing listens there; the file is read, and fails, before NATS is dialled.
-        let nats = NatsArgs { nats_url: "nats://127.0.0.1:1".to_owned(), stream_replicas: 1 };
-
-        let error = publish(PublishArgs { nats, files: vec![missing.clone()] }).await.expect_err("no such file");
-
-        let text = error.to_string();
-        assert!(text.contains(&missing.display().to_string()), "the file is not named: {text}");
-        assert!(!text.contains("writing output"), "a failed read is reported as a write: {text}");
-        let source = std::error::Error::source(&error).and_then(|source| source.downcast_ref::<std::io::Error>());
-        assert_eq!(source.map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound), "{error:?}");
-    }
+    lectern_runtime::process::write_stdout(text).map_err(ProjectorError::Output)
 }

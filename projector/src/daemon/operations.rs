@@ -6,8 +6,9 @@ use std::sync::Arc;
 use async_nats::connection::State;
 use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
-use crate::stuck;
+use crate::daemon::stuck;
 
 /// Ready when the NATS connection is up, PostgreSQL answers a statement and no batch is
 /// stuck: a stuck batch's events are not becoming visible, whatever the connections say.
@@ -55,4 +56,27 @@ pub fn readiness_check(client: async_nats::Client, pool: PgPool, batches: stuck:
 /// by anything happening); every other projector metric is recorded as it happens.
 pub fn before_scrape(batches: stuck::Batches) -> BeforeScrape {
     Arc::new(move || batches.record_gauge())
+}
+
+/// How often the running projector reads the last verify for its metrics.
+const LAST_VERIFICATION_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Exports the last verify recorded (by whichever process ran it) as metrics, until
+/// `shutdown`.
+pub async fn export_last_verification(pool: PgPool, shutdown: CancellationToken) {
+    loop {
+        match crate::repair::verify::report::last(&pool).await {
+            Ok(Some(last)) => crate::metrics::record_last_verification(
+                last.finished_at.timestamp_millis() as f64 / 1000.0,
+                last.drifted,
+                &last.outcome,
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, "reading the last verify for the metrics"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(LAST_VERIFICATION_EVERY) => {}
+        }
+    }
 }

@@ -16,8 +16,8 @@ use sqlx::PgConnection;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::apply::Received;
 use crate::error::ProjectorError;
+use crate::message::Received;
 use crate::stream::SUBJECTS;
 
 /// Messages handed over at once by [`read_through`].

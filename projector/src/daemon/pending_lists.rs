@@ -54,7 +54,7 @@ pub async fn merge_after_commits(pool: PgPool, committed: Arc<Notify>, shutdown:
 
 /// Pages moved out of the pending lists, every index in one statement: the shared search
 /// indexes (migrations/…_read_model.sql) and the large workspaces' own
-/// ([`crate::workspace_indexes`]), whichever exist and are built.
+/// ([`crate::daemon::workspace_indexes`]), whichever exist and are built.
 async fn merge(pool: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "select coalesce(sum(gin_clean_pending_list(i.indexrelid::regclass)), 0)::bigint \

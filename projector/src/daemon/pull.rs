@@ -7,7 +7,6 @@ use async_nats::jetstream;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::RunSettings;
 use crate::error::ProjectorError;
 
 /// How long past its own wait a pull may go unanswered. A no-wait fetch has no
@@ -32,23 +31,32 @@ const RECONNECT_CHECK: Duration = Duration::from_millis(100);
 /// redelivered every [`crate::stream::ACK_WAIT`], which is shorter than the stall, so
 /// every later pull would get it first, lose its connection again, and nothing after it
 /// would ever be delivered.
+/// How much one pull asks for, and how long an idle one waits.
+#[derive(Clone, Copy, Debug)]
+pub struct PullSize {
+    /// Most messages of a batch.
+    pub batch_size: usize,
+    /// How long an idle pull waits for the next message.
+    pub pull_wait: Duration,
+}
+
 pub async fn pull(
     consumer: &jetstream::consumer::PullConsumer,
     client: &async_nats::Client,
-    settings: &RunSettings,
+    size: PullSize,
     catching_up: bool,
     shutdown: &CancellationToken,
 ) -> Result<Vec<jetstream::Message>, ProjectorError> {
     let statistics = client.statistics();
     let connects = statistics.connects.load(Ordering::Relaxed);
     let mut messages = if catching_up {
-        consumer.fetch().max_messages(settings.batch_size).messages().await
+        consumer.fetch().max_messages(size.batch_size).messages().await
     } else {
-        consumer.batch().max_messages(1).expires(settings.pull_wait).messages().await
+        consumer.batch().max_messages(1).expires(size.pull_wait).messages().await
     }
     .map_err(ProjectorError::nats("pulling from the consumer"))?;
-    let mut batch = Vec::with_capacity(settings.batch_size);
-    let stalled = tokio::time::sleep(settings.pull_wait + PULL_STALL);
+    let mut batch = Vec::with_capacity(size.batch_size);
+    let stalled = tokio::time::sleep(size.pull_wait + PULL_STALL);
     tokio::pin!(stalled);
     let reconnected = async {
         while statistics.connects.load(Ordering::Relaxed) == connects {

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, CommitMode, Received};
 use crate::error::ProjectorError;
-use crate::history::{read_through, subjects};
+use crate::repair::history::{read_through, subjects};
 
 /// How often the ledger is compared with the acknowledgements.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
@@ -217,7 +217,7 @@ async fn apply_again(pool: &PgPool, stream: &Stream, span: Span) -> Result<u64, 
             Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => {}
             Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
         }
-        if batch.len() == crate::history::BATCH {
+        if batch.len() == crate::repair::history::BATCH {
             applied += apply(pool, &std::mem::take(&mut batch)).await?;
         }
     }

@@ -28,7 +28,7 @@ use sqlx::{Executor, PgConnection, PgPool, Postgres};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::in_hand::InHand;
+use crate::daemon::in_hand::InHand;
 
 /// Longest a barrier (or getting its connection) may take before the connection is
 /// given up for a new one. A flush takes milliseconds; a hung server must not keep

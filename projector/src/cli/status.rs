@@ -1,0 +1,68 @@
+//! `lectern-projector status`: the stream, the consumer, what is stuck, the dead letters,
+//! the last verify and a rebuild under way, in one look.
+
+use async_nats::jetstream;
+
+use super::{connect, write_stdout, Output, StatusArgs};
+use crate::daemon::stuck;
+use crate::dead_letters::printable;
+use crate::error::ProjectorError;
+use crate::repair::{dead_letters, rebuild, verify};
+use crate::stream::{self, ensure_consumer, ensure_stream};
+
+pub async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
+    let client = stream::connect_once(&args.nats.nats_url).await?;
+    let jetstream = jetstream::new(client);
+    let mut stream = ensure_stream(&jetstream, usize::from(args.nats.stream_replicas)).await?;
+    let mut consumer = ensure_consumer(&stream).await?;
+    let last_sequence =
+        stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
+    let info = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
+    let stuck = stuck::reported(&jetstream).await?;
+    let pool = connect(&args.database).await?;
+    let dead = dead_letters::count(&pool).await?;
+    let last_verify = verify::report::last(&pool).await?;
+    let rebuild = rebuild::shadow::under_way(&pool).await?;
+    let status = serde_json::json!({
+        "stream": stream::STREAM,
+        "consumer": stream::CONSUMER,
+        "lastSequence": last_sequence,
+        "ackFloor": info.ack_floor.stream_sequence,
+        "pending": info.num_pending,
+        "unacknowledged": info.num_ack_pending,
+        "deadLetters": dead,
+        "stuckBatches": stuck,
+        "lastVerify": last_verify,
+        "rebuild": rebuild,
+    });
+    match args.output {
+        Output::Json => write_stdout(&format!("{status}\n")),
+        Output::Text => write_stdout(&format!(
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}{}{}\n",
+            stream::STREAM,
+            last_sequence,
+            stream::CONSUMER,
+            info.ack_floor.stream_sequence,
+            info.num_pending,
+            info.num_ack_pending,
+            dead,
+            stuck.len(),
+            stuck.iter().map(describe_stuck).collect::<String>(),
+            last_verify.map_or_else(|| "no verify recorded".to_owned(), |last| last.describe()),
+            rebuild.map_or_else(String::new, |under_way| format!("\n{}", under_way.describe()))
+        )),
+    }
+}
+
+/// One stuck batch, indented under the count.
+fn describe_stuck(held: &stuck::HeldBatch) -> String {
+    let batch = &held.batch;
+    format!(
+        "    {} message(s) from stream sequence {}, in hand since {} ({}): {}\n",
+        batch.messages,
+        batch.first_sequence,
+        batch.pulled_at.to_rfc3339(),
+        held.process,
+        printable(batch.last_error.as_deref().unwrap_or("its first attempt has not returned"))
+    )
+}

@@ -1,0 +1,121 @@
+//! `lectern-projector dead-letters list | retry`: the dead letters as stored, and applied
+//! again once they pass the contract (a corrected schema, a fixed upstream).
+
+use chrono::{DateTime, Utc};
+use lectern_schema::events::ChangeEvent;
+use sqlx::PgPool;
+
+use crate::apply::write_events;
+use crate::dead_letters::{in_ascii, without_nul};
+use crate::error::is_transient_database_error;
+
+/// The subject exactly as received: its bytes when `subject` holds it escaped.
+const EXACT_SUBJECT: &str = "coalesce(subject_bytes, convert_to(subject, 'UTF8'))";
+
+/// A stored dead letter.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetter {
+    pub id: i64,
+    /// The subject exactly as received (JSON escapes a NUL in it as `\u0000`).
+    pub subject: String,
+    pub stream_sequence: i64,
+    pub reason: String,
+    pub received_at: DateTime<Utc>,
+    /// The payload as text when it is UTF-8 (for reading), else null.
+    pub payload_text: Option<String>,
+}
+
+/// A dead-letter row as stored.
+#[derive(sqlx::FromRow)]
+struct StoredDeadLetter {
+    id: i64,
+    subject: Vec<u8>,
+    stream_sequence: i64,
+    reason: String,
+    received_at: DateTime<Utc>,
+    payload: Vec<u8>,
+}
+
+pub async fn list(pool: &PgPool) -> Result<Vec<DeadLetter>, sqlx::Error> {
+    let rows: Vec<StoredDeadLetter> = sqlx::query_as(&format!(
+        "select id, {EXACT_SUBJECT} as subject, stream_sequence, reason, received_at, payload
+         from dead_letters order by id"
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| DeadLetter {
+            id: row.id,
+            // Subjects come from NATS as UTF-8; only a row written by hand can be otherwise.
+            subject: String::from_utf8(row.subject)
+                .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned()),
+            stream_sequence: row.stream_sequence,
+            reason: row.reason,
+            received_at: row.received_at,
+            payload_text: String::from_utf8(row.payload).ok(),
+        })
+        .collect())
+}
+
+pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await
+}
+
+/// What `retry` did with each dead letter.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct RetryOutcome {
+    /// Ids that now validate, were applied and left the table.
+    pub applied: Vec<i64>,
+    /// Ids that still break the contract, with the reason.
+    pub still_failing: Vec<(i64, String)>,
+}
+
+/// Re-validates the chosen dead letters (all when `only` is `None`) against their exact
+/// subject and payload, and applies those that pass; each is applied and removed in one
+/// transaction.
+pub async fn retry(pool: &PgPool, only: Option<i64>) -> Result<RetryOutcome, sqlx::Error> {
+    let rows: Vec<(i64, Vec<u8>, Vec<u8>)> = sqlx::query_as(&format!(
+        "select id, {EXACT_SUBJECT}, payload from dead_letters where $1::int8 is null or id = $1 order by id"
+    ))
+    .bind(only)
+    .fetch_all(pool)
+    .await?;
+    let mut outcome = RetryOutcome::default();
+    for (id, subject, payload) in rows {
+        let decoded = match String::from_utf8(subject) {
+            Ok(subject) => ChangeEvent::decode_from(&subject, &payload).map_err(|error| error.to_string()),
+            Err(_) => Err("the subject is not UTF-8".to_owned()),
+        };
+        match decoded {
+            Ok(event) => {
+                let mut transaction = pool.begin().await?;
+                write_events(&mut transaction, std::iter::once(&event)).await?;
+                sqlx::query("delete from dead_letters where id = $1").bind(id).execute(&mut *transaction).await?;
+                transaction.commit().await?;
+                outcome.applied.push(id);
+            }
+            Err(reason) => {
+                set_reason(pool, id, &reason).await?;
+                outcome.still_failing.push((id, reason));
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// Stores a dead letter's new reason, as [`store_one_by_one`] would: NUL escaped, or all
+/// in printable ASCII if the database refuses it so.
+async fn set_reason(pool: &PgPool, id: i64, reason: &str) -> Result<(), sqlx::Error> {
+    const UPDATE: &str = "update dead_letters set reason = $2 where id = $1";
+    match sqlx::query(UPDATE).bind(id).bind(without_nul(reason).as_ref()).execute(pool).await {
+        Err(error) if !is_transient_database_error(&error) => {
+            sqlx::query(UPDATE).bind(id).bind(in_ascii(reason).as_ref()).execute(pool).await?;
+        }
+        updated => {
+            updated?;
+        }
+    }
+    Ok(())
+}
