@@ -9,13 +9,13 @@ use std::time::Duration;
 use clap::Args;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::db::replicas::ReplicaTarget;
-use crate::db::workspace_sizes::WalkSettings;
-use crate::db::PoolSettings;
 use crate::error::CommandError;
 use crate::http::{AppSettings, ServerLimits};
 use crate::keys::{Environment, Pepper};
+use crate::listing::workspace_sizes::WalkSettings;
 use crate::rate_limit::Policy;
+use crate::reads::replicas::ReplicaTarget;
+use crate::reads::PoolSettings;
 
 /// Publicly known values so a local run works with no set-up; refused in production.
 const DEV_KEY_PEPPER: &str = "lectern-development-key-pepper-not-secret";
@@ -261,7 +261,7 @@ impl ServeArgs {
             .map(|url| {
                 ReplicaTarget::from_url(url, &reads).map_err(|source| CommandError::Config {
                     setting: "--read-database-url/LECTERN_READ_DATABASE_URL",
-                    problem: format!("{} is not a usable PostgreSQL URL: {source}", crate::db::redacted(url)),
+                    problem: format!("{} is not a usable PostgreSQL URL: {source}", crate::reads::redacted(url)),
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;

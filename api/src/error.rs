@@ -5,8 +5,6 @@ use std::sync::Arc;
 
 use poem::http::StatusCode;
 
-use crate::db::lookups::LookupError;
-
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -32,7 +30,7 @@ pub enum ApiError {
     )]
     RateLimited { retry_after_secs: u64 },
     /// 429 `RATE_LIMITED`: the workspace already runs its share of statements at once
-    /// (see `db::workspace_shares`); `Retry-After` is a second.
+    /// (see `reads::workspace_shares`); `Retry-After` is a second.
     #[error("Too many requests at once for this workspace: its statements use its whole share of the database; retry after 1 s.")]
     WorkspaceBusy,
     /// 429 `RATE_LIMITED`: the workspace already has its most requests waiting on its
@@ -128,7 +126,7 @@ pub fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// decisions.md's status ↔ code table, for errors that only have a status (poem's own).
+/// The status ↔ code table of `docs/api.md` ("Statuses and codes"), for errors that only have a status (poem's own).
 pub fn code_for_status(status: StatusCode) -> ErrorCode {
     match status.as_u16() {
         400 => ErrorCode::ValidationError,
@@ -154,7 +152,7 @@ impl From<sqlx::Error> for ApiError {
 
 impl From<Arc<sqlx::Error>> for ApiError {
     fn from(error: Arc<sqlx::Error>) -> Self {
-        if crate::db::is_unavailable(&error) {
+        if crate::reads::is_unavailable(&error) {
             Self::Unavailable(error)
         } else {
             Self::Internal(Box::new(error))
@@ -162,21 +160,20 @@ impl From<Arc<sqlx::Error>> for ApiError {
     }
 }
 
-impl From<crate::db::connections::ReadError> for ApiError {
-    fn from(error: crate::db::connections::ReadError) -> Self {
+impl From<crate::reads::connections::ReadError> for ApiError {
+    fn from(error: crate::reads::connections::ReadError) -> Self {
         match error {
-            crate::db::connections::ReadError::Database(error) => error.into(),
-            crate::db::connections::ReadError::ShareExhausted(_) => Self::WorkspaceBusy,
+            crate::reads::connections::ReadError::Database(error) => error.into(),
+            crate::reads::connections::ReadError::ShareExhausted(_) => Self::WorkspaceBusy,
         }
     }
 }
 
-impl From<LookupError> for ApiError {
-    fn from(error: LookupError) -> Self {
-        match error {
-            LookupError::Database(error) => error.into(),
-            abandoned @ LookupError::Abandoned => Self::Internal(Box::new(abandoned)),
-        }
+/// Text PostgreSQL sent that is not UTF-8: only a database in another encoding than
+/// Lectern's migrations expect could hold it.
+impl From<std::str::Utf8Error> for ApiError {
+    fn from(error: std::str::Utf8Error) -> Self {
+        Self::Internal(Box::new(error))
     }
 }
 
@@ -191,7 +188,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_code_table_matches_decisions() {
+    fn status_code_table_matches_the_documented_one() {
         let table = [
             (400, ErrorCode::ValidationError),
             (401, ErrorCode::Unauthorized),

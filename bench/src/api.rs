@@ -7,12 +7,12 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::Resource;
 use lectern_api::keys::store::{self, NewKey};
 use lectern_api::keys::{Environment, IssuedKey, Pepper, Scope};
 use lectern_api::listing::cursor::{CursorScope, CursorSigner};
 use lectern_api::listing::{Position, SortKey};
+use lectern_api::resources::contacts::{ContactType, Contacts};
+use lectern_api::resources::Resource;
 use secrecy::{ExposeSecret, SecretString};
 use uuid::Uuid;
 

@@ -88,7 +88,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
         "API: release `lectern-api serve` (pool 16, JSON logs at info to a file, rate limits raised out of reach), one \
          key per workspace; wrk -t2 -c64 -d{s}s (after a 2 s warm-up), each request a random line of the scenario's \
          (key, path) list; RSS sampled every 100 ms during the run. Baseline: pgbench -c 16 -j 2 -T {s} with the SQL \
-         of `lectern_api::db::listing::list_sql` (retrieve: a single primary-key probe, while the API reads concurrent retrieves in batches, one statement each), `-M prepared` \
+         of `lectern_api::listing::query::list_sql` (retrieve: a single primary-key probe, while the API reads concurrent retrieves in batches, one statement each), `-M prepared` \
          throughout, each in the API's `plan_cache_mode` for the statement: `force_custom_plan` for planned \
          searches (so each execution is planned with the real pattern), `force_generic_plan` for listings, retrieves \
          and walked searches (small workspaces, as the API sends them below its default threshold); a random workspace or contact is a scalar subquery on a lookup table where the API binds a \

@@ -5,21 +5,21 @@
 //! - catch-up: the big workspace's whole contacts feed read at `limit=100` following
 //!   sync tokens, against a keyset traversal of its listing at `limit=100`, alternated;
 //! - an empty poll (`since` = the latest token) under wrk, against pgbench running the
-//!   feed's own statement (`lectern_api::db::changes::changes_sql`) for the same
+//!   feed's own statement (`lectern_api::feed::query::changes_sql`) for the same
 //!   workspace and position: the API answers it from memory, with no statement;
 //! - publish→visible through the feed and a long poll's wake-up ([`super::feed_latency`]).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use lectern_api::db::changes::changes_sql;
-use lectern_api::db::connections::PlanMode;
-use lectern_api::db::contacts::Contacts;
-use lectern_api::db::listing::Resource;
 use lectern_api::feed::params::FeedLimit;
+use lectern_api::feed::position::FeedPosition;
+use lectern_api::feed::query::changes_sql;
 use lectern_api::feed::token::{FeedScope, SyncTokens};
-use lectern_api::feed::FeedPosition;
-use lectern_api::operations::names::FEED_READ_AHEAD;
+use lectern_api::metric_names::FEED_READ_AHEAD;
+use lectern_api::reads::connections::PlanMode;
+use lectern_api::resources::contacts::Contacts;
+use lectern_api::resources::Resource;
 use lectern_projector::daemon::workspace_indexes::OwnIndexSettings;
 use secrecy::SecretString;
 use uuid::Uuid;

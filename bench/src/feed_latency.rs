@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use lectern_api::db::contacts::Contacts;
-use lectern_api::db::first_pages::CHANGES_CHANNEL;
-use lectern_api::db::listing::Resource;
+use lectern_api::reads::change::READ_MODEL_CHANNEL as CHANGES_CHANNEL;
+use lectern_api::resources::contacts::Contacts;
+use lectern_api::resources::Resource;
 use lectern_read_model::CHANGE_TRANSACTION;
 use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;

@@ -39,7 +39,7 @@ impl Database {
         let options = options.database(name);
         let url = options.to_url_lossy().to_string();
         let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await.context("connect")?;
-        lectern_api::db::MIGRATOR.run(&pool).await.context("apply the migrations")?;
+        lectern_api::reads::MIGRATOR.run(&pool).await.context("apply the migrations")?;
         Ok(Self { name: name.to_owned(), url, pool })
     }
 

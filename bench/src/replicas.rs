@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use lectern_api::operations::names::{READS, REPLICA_IN_ROTATION};
+use lectern_api::metric_names::{READS, REPLICA_IN_ROTATION};
 use lectern_private_postgres::PrivatePostgres;
 use lectern_projector::daemon::workspace_indexes::OwnIndexSettings;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -375,7 +375,7 @@ pub async fn measure(
         "Publish→visible through the feed: `--feed`'s measurement, first through A (contacts 0 to 599 of the big \
          workspace), then through B (contacts 600 to 1,199), the projector writing to the primary. B reads a \
          workspace from the primary while a change it was notified of is not known to be replayed on the standby \
-         (`db::replicas`' fences, which the monitor's samples every 100 ms or a read on the standby lift): over \
+         (`reads::replicas`' fences, which the monitor's samples every 100 ms or a read on the standby lift): over \
          B's samples, {} reads on the standby and {} on the primary. Through A, {} Through B, {} Publish→visible \
          in SQL: as the comparisons' steady latency ({} events/s of distinct contacts for {} s, the oldest \
          outstanding rows polled every ~2 ms, a row visible at the start of the first poll that sees its version), \

@@ -1,6 +1,6 @@
 //! The API scenarios, each twice: as HTTP requests for wrk (`<key>\t<path>` lines, one
 //! picked at random per request) and as a pgbench script running the very statement
-//! the API sends, taken from `lectern_api::db::listing::list_sql` so it cannot drift.
+//! the API sends, taken from `lectern_api::listing::query::list_sql` so it cannot drift.
 //!
 //! pgbench cannot draw a random UUID, so a random workspace becomes a scalar subquery
 //! on a small lookup table where the API binds a parameter (an InitPlan of one index
@@ -11,12 +11,13 @@
 //! search in a small workspace (`SearchShape::Walk`) keep one generic plan
 //! (`force_generic_plan`).
 
-use lectern_api::db::connections::PlanMode;
-use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::items::{ItemKind, Items};
-use lectern_api::db::listing::{list_sql, Resource, SearchShape};
-use lectern_api::db::workspace_sizes::WalkSettings;
+use lectern_api::listing::query::{list_sql, SearchShape};
+use lectern_api::listing::workspace_sizes::WalkSettings;
 use lectern_api::listing::{Limit, ListRequest, Position, SearchText, SortKey};
+use lectern_api::reads::connections::PlanMode;
+use lectern_api::resources::contacts::{ContactType, Contacts};
+use lectern_api::resources::items::{ItemKind, Items};
+use lectern_api::resources::Resource;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -176,7 +177,7 @@ fn search_shape<K>(request: &ListRequest<K>, plan: &Plan) -> SearchShape {
 }
 
 /// Retrieve by id. The API answers concurrent retrieves together, one statement per
-/// batch (`db::lookups`); the baseline is the cheapest statement for one retrieve, a
+/// batch (`retrieve::lookups`); the baseline is the cheapest statement for one retrieve, a
 /// single primary-key probe, so the ratio shows what the batching buys.
 fn retrieve(inputs: &Inputs<'_>) -> Result<Scenario> {
     let sql =
@@ -198,7 +199,7 @@ fn retrieve(inputs: &Inputs<'_>) -> Result<Scenario> {
         requests,
         script: format!("\\set c random(1, {})\n{sql};\n", inputs.sample.len()),
         defines: Vec::new(),
-        // As the API's pool for key lookups and retrieves (`lectern_api::db::lazy_pool`).
+        // As the API's pool for key lookups and retrieves (`lectern_api::reads::lazy_pool`).
         plan_cache_mode: PlanMode::Generic.setting(),
     })
 }

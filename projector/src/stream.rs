@@ -9,7 +9,7 @@ use lectern_runtime::nats_servers_without_credentials;
 
 use crate::error::ProjectorError;
 
-/// The stream upstream systems publish to (decisions.md).
+/// The stream upstream systems publish to (`docs/events.md`, "Where to publish").
 pub const STREAM: &str = "CHANGES";
 /// Every change subject: `changes.<workspace>.<contacts|items>.<id>`.
 pub const SUBJECTS: &str = "changes.>";

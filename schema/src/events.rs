@@ -1,4 +1,4 @@
-//! Change events: the contract with upstream systems (decisions.md, "Change events";
+//! Change events: the contract with upstream systems (`docs/events.md`;
 //! the JSON Schemas in `schema/events/`). [`ChangeEvent::decode`] accepts exactly what
 //! those schemas accept: unknown extra fields are ignored, unknown types rejected.
 

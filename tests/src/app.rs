@@ -5,12 +5,12 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lectern_api::db::notifications::Invalidated;
-use lectern_api::db::workspace_sizes::WalkSettings;
-use lectern_api::db::PoolSettings;
 use lectern_api::http::{AppSettings, AppState, Application};
 use lectern_api::keys::{Environment, Scope};
+use lectern_api::listing::workspace_sizes::WalkSettings;
 use lectern_api::rate_limit::Policy;
+use lectern_api::reads::change::Follower;
+use lectern_api::reads::PoolSettings;
 use secrecy::SecretString;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -46,7 +46,7 @@ pub struct AppOptions {
     /// share of the pool, as `serve` has it.
     pub connections_per_workspace: Option<u32>,
     /// Streaming replicas the API reads from (none: the primary serves everything).
-    pub replicas: Vec<lectern_api::db::replicas::ReplicaTarget>,
+    pub replicas: Vec<lectern_api::reads::replicas::ReplicaTarget>,
     /// How far behind a replica may be and still serve.
     pub max_replica_lag: Duration,
 }
@@ -131,15 +131,19 @@ impl TestApp {
         pool: PgPool,
         options: AppOptions,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> (Self, [Arc<dyn Invalidated>; 4]) {
+    ) -> (Self, [Arc<dyn Follower>; 4]) {
         // Quiet by default; LECTERN_TEST_LOG=1 shows the app's logs (RUST_LOG filters).
         if std::env::var_os("LECTERN_TEST_LOG").is_some() {
             lectern_api::telemetry::init();
         }
         // The constructor `serve` uses.
         let state = AppState::new(pool.clone(), options.settings_beside(&pool));
-        let caches: [Arc<dyn Invalidated>; 4] =
-            [state.reads.clone(), state.authenticator.clone(), state.first_pages.clone(), state.feed_heads.clone()];
+        let caches: [Arc<dyn Follower>; 4] = [
+            state.reads.clone(),
+            state.authenticator.clone(),
+            state.listing.first_pages.clone(),
+            state.feeds.heads.clone(),
+        ];
         let application = Application::build("127.0.0.1:0".parse().expect("address"), state).await.expect("bind");
         let address = application.local_addr().expect("bound address");
         let state = application.state();
@@ -204,7 +208,7 @@ impl TestApp {
         for (resource, workspace_id, newest) in heads {
             let resource = if resource == "contacts" { "contacts" } else { "items" };
             // An unknown head sends the next poll to the database, which has everything.
-            while state.feed_heads.known((resource, workspace_id)).is_some_and(|known| known < newest) {
+            while state.feeds.heads.known((resource, workspace_id)).is_some_and(|known| known < newest) {
                 assert!(tokio::time::Instant::now() < deadline, "the app did not hear of {resource} {newest} in 10 s");
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -232,9 +236,9 @@ impl TestApp {
 
 /// Until the change listener is up, the key and first-page caches neither serve nor
 /// keep anything, so a test that counts statements or cache hits would race with it.
-async fn wait_until_trusted(caches: &[Arc<dyn Invalidated>]) {
+async fn wait_until_trusted(caches: &[Arc<dyn Follower>]) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !caches.iter().all(|cache| cache.trusted()) {
+    while !caches.iter().all(|cache| cache.trust().get()) {
         assert!(tokio::time::Instant::now() < deadline, "the app's change listener did not connect within 10 s");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -43,7 +43,7 @@ impl TestDatabase {
 
     /// Applies the migrations up to `version` that are not applied yet.
     pub async fn migrate_up_to(&self, version: i64) {
-        let all = &lectern_api::db::MIGRATOR;
+        let all = &lectern_api::reads::MIGRATOR;
         let migrator = sqlx::migrate::Migrator {
             migrations: all.migrations.iter().filter(|migration| migration.version <= version).cloned().collect(),
             ignore_missing: all.ignore_missing,

@@ -122,7 +122,7 @@ impl TestPostgres {
     }
 
     /// `postgres://postgres@127.0.0.1:<port>/lectern`: the database the API uses (it is
-    /// created by `lectern_api::db::create_and_migrate`).
+    /// created by `lectern_api::reads::create_and_migrate`).
     pub fn url(&self) -> String {
         self.url_for("lectern")
     }

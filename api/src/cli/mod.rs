@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::config::{DatabaseArgs, ServeArgs};
-use crate::db;
 use crate::error::CommandError;
+use crate::reads;
 
 /// Lectern's read API.
 #[derive(Debug, Parser)]
@@ -63,16 +63,16 @@ async fn run(command: Command) -> Result<(), CommandError> {
 
 /// Creates the database if needed and applies pending migrations.
 pub async fn migrate(url: &str) -> Result<(), CommandError> {
-    db::create_and_migrate(url).await.map_err(|source| database_error(url, source))?;
-    tracing::info!(database = %db::redacted(url), "migrations applied");
+    reads::create_and_migrate(url).await.map_err(|source| database_error(url, source))?;
+    tracing::info!(database = %reads::redacted(url), "migrations applied");
     Ok(())
 }
 
 /// `source` as the command error of the database at `url` (shown redacted).
 pub fn database_error(url: &str, source: sqlx::Error) -> CommandError {
     match source {
-        sqlx::Error::Migrate(source) => CommandError::Migrate { url: db::redacted(url), source: *source },
-        source => CommandError::Database { url: db::redacted(url), source },
+        sqlx::Error::Migrate(source) => CommandError::Migrate { url: reads::redacted(url), source: *source },
+        source => CommandError::Database { url: reads::redacted(url), source },
     }
 }
 

@@ -11,12 +11,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::database_error;
 use crate::config::ServeArgs;
-use crate::db;
-use crate::db::notifications::ListenerHealth;
-use crate::db::replicas::Reads;
 use crate::error::CommandError;
+use crate::http::operations;
 use crate::http::{AppState, Application};
-use crate::operations;
+use crate::reads;
+use crate::reads::notifications::ListenerHealth;
+use crate::reads::replicas::Reads;
 
 pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     install_metrics_recorder();
@@ -24,7 +24,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     tokio::spawn(cancel_on_signal(shutdown.clone(), "shutting down: finishing in-flight work"));
     let pool = open_pool(&args)?;
     if let Err(error) = sqlx::query("select 1").execute(&pool).await {
-        tracing::warn!(database = %db::redacted(&args.database.database_url), %error, "database not reachable yet; answering 503 until it is");
+        tracing::warn!(database = %reads::redacted(&args.database.database_url), %error, "database not reachable yet; answering 503 until it is");
     }
     bind(&args, pool).await?.run(shutdown).await
 }
@@ -38,7 +38,7 @@ pub fn install_metrics_recorder() {
 /// PostgreSQL is still down.
 pub fn open_pool(args: &ServeArgs) -> Result<PgPool, CommandError> {
     let url = &args.database.database_url;
-    db::lazy_pool(url, &args.pool.settings()).map_err(|source| database_error(url, source))
+    reads::lazy_pool(url, &args.pool.settings()).map_err(|source| database_error(url, source))
 }
 
 /// Both listeners bound, not yet serving.

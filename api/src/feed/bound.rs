@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use tokio::sync::{watch, Notify};
 
-use crate::db::first_pages::CHANGES_CHANNEL;
-use crate::db::notifications::Invalidated;
-use crate::db::replicas::WalPosition;
-use crate::operations::names::FEED_BOUND_SAMPLES;
+use crate::metric_names::FEED_BOUND_SAMPLES;
+use crate::reads::change::{Change, Channel, Follower};
+use crate::reads::freshness::Trust;
+use crate::reads::replicas::WalPosition;
 
 /// The fewest milliseconds between two samples: at most this many a second, whatever
 /// the load.
@@ -77,7 +77,7 @@ pub struct FeedBound {
     wanted: Notify,
     /// A sample is wanted whatever was announced: commits may have gone unannounced.
     look_once: AtomicBool,
-    listening: AtomicBool,
+    listening: Trust,
     /// This process's row of `read_model_flushes`, which each sample writes so that its
     /// commit waits for the WAL flush.
     process: String,
@@ -92,7 +92,7 @@ impl Default for FeedBound {
             announced: AtomicI64::new(0),
             wanted: Notify::new(),
             look_once: AtomicBool::new(true),
-            listening: AtomicBool::new(false),
+            listening: Trust::default(),
             process: format!("lectern-api-{}", uuid::Uuid::new_v4().simple()),
             recent: Mutex::default(),
         }
@@ -109,7 +109,7 @@ impl FeedBound {
     /// go unannounced, one sampled from now on (requests at once share the sample).
     pub async fn for_reading(&self, pool: &PgPool) -> Result<Bound, sqlx::Error> {
         match self.current() {
-            Some(bound) if self.trusted() => Ok(bound),
+            Some(bound) if self.listening.get() => Ok(bound),
             _ => self.sampled_since(pool, Instant::now()).await,
         }
     }
@@ -208,11 +208,11 @@ impl FeedBound {
             // nobody waits for are let through by the next sample anyone needs.
             let waiting = self.current.receiver_count() > 0;
             let look_once = self.look_once.swap(false, Ordering::AcqRel);
-            if !look_once && !(waiting && (self.held() || !self.trusted())) {
+            if !look_once && !(waiting && (self.held() || !self.listening.get())) {
                 let wanted = self.wanted.notified();
                 tokio::select! {
                     () = wanted => {}
-                    () = tokio::time::sleep(UNANNOUNCED_EVERY), if !self.trusted() => {}
+                    () = tokio::time::sleep(UNANNOUNCED_EVERY), if !self.listening.get() => {}
                 }
                 continue;
             }
@@ -233,7 +233,7 @@ impl FeedBound {
             }
             let moved = self.current() != before;
             held_for = if moved { MIN_SPACING } else { (held_for * 2).min(HELD_BACKOFF_MAX) };
-            if !self.trusted() {
+            if !self.listening.get() {
                 held_for = held_for.max(UNANNOUNCED_EVERY);
             }
             tokio::time::sleep(if self.held() { held_for } else { MIN_SPACING }).await;
@@ -264,18 +264,22 @@ impl BoundWatch {
     }
 }
 
-impl Invalidated for FeedBound {
-    fn channel(&self) -> &'static str {
-        CHANGES_CHANNEL
+impl Follower for FeedBound {
+    fn channel(&self) -> Channel {
+        Channel::ReadModel
     }
 
-    /// `<workspace> <table> <position>`: a commit at `position`, to let through.
-    fn evict(&self, payload: &str) {
-        if let Some(position) = payload.split(' ').nth(2).and_then(|text| text.parse::<i64>().ok()) {
-            self.announced.fetch_max(position, Ordering::AcqRel);
-            if self.held() {
-                self.wanted.notify_one();
+    /// A commit at `position`, to let through.
+    fn changed(&self, change: &Change) {
+        match *change {
+            Change::Rows { position: Some(position), .. } => {
+                self.announced.fetch_max(position, Ordering::AcqRel);
+                if self.held() {
+                    self.wanted.notify_one();
+                }
             }
+            Change::AnyRows => self.forget_everything(),
+            Change::Rows { position: None, .. } | Change::Key(_) | Change::AnyKey => {}
         }
     }
 
@@ -285,7 +289,7 @@ impl Invalidated for FeedBound {
         self.wanted.notify_one();
     }
 
-    fn listening(&self) -> &AtomicBool {
+    fn trust(&self) -> &Trust {
         &self.listening
     }
 }

@@ -15,15 +15,14 @@
 //! wakes every waiting request to look in the database.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::db::first_pages::CHANGES_CHANNEL;
-use crate::db::notifications::Invalidated;
-use crate::operations::names::FEED_WAITING;
+use crate::metric_names::FEED_WAITING;
+use crate::reads::change::{Change, Channel, Follower};
+use crate::reads::freshness::{Freshness, Ticket, Trust};
 
 /// Beyond this many feeds, those nobody waits on are forgotten before another is added:
 /// memory stays bounded whatever the number of workspaces written to.
@@ -47,23 +46,13 @@ struct Head {
 }
 
 /// Every feed's head, shared by every request of a process.
+#[derive(Default)]
 pub struct FeedHeads {
     heads: Mutex<HashMap<FeedKey, watch::Sender<Head>>>,
-    epoch: AtomicU64,
-    listening: AtomicBool,
+    /// Its epoch is what a head is known in.
+    freshness: Freshness<FeedKey>,
     /// Requests waiting now, per workspace.
     waiting: Mutex<HashMap<Uuid, usize>>,
-}
-
-impl Default for FeedHeads {
-    fn default() -> Self {
-        Self {
-            heads: Mutex::default(),
-            epoch: AtomicU64::new(0),
-            listening: AtomicBool::new(false),
-            waiting: Mutex::default(),
-        }
-    }
 }
 
 /// A request counted among its workspace's waiting ones until it is dropped (answered,
@@ -85,13 +74,6 @@ impl Drop for Waiting {
         drop(waiting);
         metrics::gauge!(FEED_WAITING, "resource" => self.key.0).decrement(1.0);
     }
-}
-
-/// Taken before a query, handed back to [`FeedHeads::learn`].
-#[derive(Clone, Copy, Debug)]
-pub struct Ticket {
-    epoch: u64,
-    trusted: bool,
 }
 
 /// A request's view of one feed's head: wakes when it moves or becomes unknown.
@@ -118,56 +100,45 @@ impl Watch {
     }
 }
 
-impl Ticket {
-    /// Whether the listener was up when the ticket was taken.
-    pub fn trusted(self) -> bool {
-        self.trusted
-    }
-}
-
-impl Invalidated for FeedHeads {
-    fn channel(&self) -> &'static str {
-        CHANGES_CHANNEL
+impl Follower for FeedHeads {
+    fn channel(&self) -> Channel {
+        Channel::ReadModel
     }
 
-    fn evict(&self, payload: &str) {
-        let mut fields = payload.split(' ');
-        let (workspace, table, transaction) = (fields.next(), fields.next(), fields.next());
-        let Some(resource) = table.and_then(known_resource) else {
-            // `*` (a truncate) or a payload of another version: nothing is known any more.
-            self.forget_everything();
-            return;
-        };
-        let Some(workspace_id) = workspace.and_then(|text| Uuid::try_parse(text).ok()) else {
-            self.forget_everything();
-            return;
-        };
-        let key = (resource, workspace_id);
-        match transaction.and_then(|text| text.parse::<i64>().ok()) {
-            Some(transaction) => self.raise(key, self.current_epoch(), transaction),
+    fn changed(&self, change: &Change) {
+        match *change {
+            Change::Rows { workspace_id, resource, position: Some(position) } => {
+                self.raise((resource, workspace_id), self.freshness.epoch(), position);
+            }
             // Rows deleted: the head cannot say what is left. Unknown until a query says.
-            None => self.update(key, false, |head| head.epoch = UNKNOWN),
+            Change::Rows { workspace_id, resource, position: None } => {
+                self.update((resource, workspace_id), false, |head| head.epoch = UNKNOWN);
+            }
+            // A truncate, or a payload of another version: nothing is known any more.
+            Change::AnyRows => self.forget_everything(),
+            Change::Key(_) | Change::AnyKey => {}
         }
     }
 
     fn forget_everything(&self) {
         let heads = self.lock();
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        for head in heads.values() {
-            // Wakes the feed's waiting requests, which then look in the database.
-            head.send_modify(|_| {});
-        }
+        self.freshness.everything_changed(|| {
+            for head in heads.values() {
+                // Wakes the feed's waiting requests, which then look in the database.
+                head.send_modify(|_| {});
+            }
+        });
     }
 
-    fn listening(&self) -> &AtomicBool {
-        &self.listening
+    fn trust(&self) -> &Trust {
+        self.freshness.trust()
     }
 }
 
 impl FeedHeads {
     /// The newest transaction of `key`'s feed, when known.
     pub fn known(&self, key: FeedKey) -> Option<i64> {
-        if !self.trusted() {
+        if !self.freshness.trusted() {
             return None;
         }
         let epoch = self.current_epoch();
@@ -176,25 +147,24 @@ impl FeedHeads {
         (head.epoch == epoch).then_some(head.newest)
     }
 
-    /// Taken before a query whose answer may be [`FeedHeads::learn`]ed.
-    pub fn ticket(&self) -> Ticket {
-        Ticket { trusted: self.trusted(), epoch: self.current_epoch() }
+    /// Taken before a query whose answer about `key` may be [`FeedHeads::learn`]ed.
+    pub fn ticket(&self, key: FeedKey) -> Ticket {
+        self.freshness.ticket(&key)
     }
 
     /// Records that a query begun at `ticket` found every committed change of `key`'s
     /// feed at or below `newest`, unless the listener was down meanwhile.
     pub fn learn(&self, key: FeedKey, ticket: Ticket, newest: i64) {
-        if !ticket.trusted || !self.trusted() || self.current_epoch() != ticket.epoch {
-            return;
+        if self.freshness.trusted_since(ticket) {
+            self.raise(key, ticket.epoch(), newest);
         }
-        self.raise(key, ticket.epoch, newest);
     }
 
     /// Whether what a read begun at `ticket`, with `watch` taken before it, found is
     /// still what a read would find now: the listener has been up throughout and no change
     /// of the watched feed has been announced since.
     pub fn unchanged_since(&self, ticket: Ticket, watch: &Watch) -> bool {
-        ticket.trusted && self.trusted() && self.current_epoch() == ticket.epoch && !watch.moved()
+        self.freshness.trusted_since(ticket) && !watch.moved()
     }
 
     /// Makes `key`'s head known in `epoch` and at least `newest`: a head of an earlier
@@ -271,7 +241,7 @@ impl FeedHeads {
     }
 
     fn current_epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.freshness.epoch()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FeedKey, watch::Sender<Head>>> {
@@ -287,11 +257,6 @@ fn make_room(heads: &mut HashMap<FeedKey, watch::Sender<Head>>) {
     }
 }
 
-/// The table names the triggers send, as the resources' own constants.
-fn known_resource(table: &str) -> Option<&'static str> {
-    [lectern_read_model::contacts::TABLE, lectern_read_model::items::TABLE].into_iter().find(|known| *known == table)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,13 +267,19 @@ mod tests {
         heads
     }
 
+    /// What the listener does with a notification of `payload`.
+    fn announce(heads: &FeedHeads, payload: &str) {
+        let change = Change::parse(crate::reads::change::READ_MODEL_CHANNEL, payload);
+        heads.changed(&change.expect("the read model's channel"));
+    }
+
     #[test]
     fn a_notified_transaction_is_the_known_head_and_only_grows() {
         let heads = listening();
         let workspace = Uuid::new_v4();
-        heads.evict(&format!("{workspace} contacts 7"));
+        announce(&heads, &format!("{workspace} contacts 7"));
         assert_eq!(heads.known(("contacts", workspace)), Some(7));
-        heads.evict(&format!("{workspace} contacts 5"));
+        announce(&heads, &format!("{workspace} contacts 5"));
         assert_eq!(heads.known(("contacts", workspace)), Some(7));
         assert_eq!(heads.known(("items", workspace)), None, "another table's feed");
         assert_eq!(heads.known(("contacts", Uuid::new_v4())), None, "another workspace's feed");
@@ -318,12 +289,12 @@ mod tests {
     fn nothing_is_known_while_the_listener_is_down_nor_learned_across_an_outage() {
         let heads = listening();
         let workspace = Uuid::new_v4();
-        let ticket = heads.ticket();
+        let ticket = heads.ticket(("contacts", workspace));
         heads.reset(false);
         heads.reset(true);
         heads.learn(("contacts", workspace), ticket, 3);
         assert_eq!(heads.known(("contacts", workspace)), None, "learned from a query that spanned an outage");
-        heads.evict(&format!("{workspace} contacts 4"));
+        announce(&heads, &format!("{workspace} contacts 4"));
         heads.reset(false);
         assert_eq!(heads.known(("contacts", workspace)), None, "known while the listener is down");
     }
@@ -332,11 +303,11 @@ mod tests {
     fn a_delete_or_a_truncate_makes_the_head_unknown() {
         let heads = listening();
         let workspace = Uuid::new_v4();
-        heads.evict(&format!("{workspace} items 9"));
-        heads.evict(&format!("{workspace} items"));
+        announce(&heads, &format!("{workspace} items 9"));
+        announce(&heads, &format!("{workspace} items"));
         assert_eq!(heads.known(("items", workspace)), None);
-        heads.evict(&format!("{workspace} items 10"));
-        heads.evict("*");
+        announce(&heads, &format!("{workspace} items 10"));
+        announce(&heads, "*");
         assert_eq!(heads.known(("items", workspace)), None);
     }
 
@@ -358,11 +329,11 @@ mod tests {
         let heads = listening();
         let (workspace, other) = (Uuid::new_v4(), Uuid::new_v4());
         let mut watch = heads.watch(("contacts", workspace));
-        heads.evict(&format!("{other} contacts 1"));
-        heads.evict(&format!("{workspace} items 1"));
+        announce(&heads, &format!("{other} contacts 1"));
+        announce(&heads, &format!("{workspace} items 1"));
         let woke = tokio::time::timeout(std::time::Duration::from_millis(50), watch.changed()).await;
         assert!(woke.is_err(), "woken by another feed");
-        heads.evict(&format!("{workspace} contacts 1"));
+        announce(&heads, &format!("{workspace} contacts 1"));
         let woke = tokio::time::timeout(std::time::Duration::from_secs(1), watch.changed()).await;
         assert!(woke.is_ok(), "not woken by its own feed");
     }

@@ -14,7 +14,9 @@
 //!
 //! # Layout
 //! - [`params`]: `since`, `limit`, `wait`.
+//! - [`position`]: where a feed stands.
 //! - [`token`]: signed sync tokens.
+//! - [`query`]: the feed's statements.
 //! - [`bound`]: the position below which every row is committed, durable and final.
 //! - [`heads`]: each feed's newest position, kept by notifications; waiting requests.
 //! - [`read_ahead`]: the page after a full one, read before its client asks.
@@ -22,6 +24,8 @@
 pub mod bound;
 pub mod heads;
 pub mod params;
+pub mod position;
+pub mod query;
 pub mod read_ahead;
 pub mod token;
 
@@ -31,42 +35,23 @@ use lectern_schema::json::{write_str, WriteJson};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::db::changes::{fetch_changes, ChangedRow};
-use crate::db::listing::Resource;
-use crate::db::replicas::WalPosition;
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
 use crate::error::ApiError;
-use crate::http::request_id::RequestId;
-use crate::http::AppState;
-use crate::keys::Principal;
-use crate::operations::names::FEED_EMPTY_POLLS as EMPTY_POLLS;
-use bound::Bound;
-use heads::{FeedKey, Waiting};
+use crate::keys::{Authenticator, Principal};
+use crate::metric_names::FEED_EMPTY_POLLS as EMPTY_POLLS;
+use crate::reads::replicas::{Reads, WalPosition};
+use crate::resources::Resource;
+use bound::{Bound, FeedBound};
+use heads::{FeedHeads, FeedKey, Waiting};
 use params::{FeedLimit, Since, WaitSeconds};
-use read_ahead::{PageKey, ReadPage};
-use token::FeedScope;
-
-/// Where a feed stands: after every row of transaction `transaction` whose id is at most
-/// `id`. Ordered as the feed is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FeedPosition {
-    pub transaction: i64,
-    pub id: Uuid,
-}
-
-impl FeedPosition {
-    /// Before every change (transaction ids start above 0).
-    pub const START: Self = Self::after_transaction(0);
-
-    /// After every row of `transaction`.
-    pub const fn after_transaction(transaction: i64) -> Self {
-        Self { transaction, id: Uuid::max() }
-    }
-
-    /// After every row of the positions below `bound`.
-    pub const fn below(bound: i64) -> Self {
-        Self::after_transaction(bound.saturating_sub(1))
-    }
-}
+use position::FeedPosition;
+use query::{fetch_changes, ChangedRow};
+use read_ahead::{PageKey, ReadAhead, ReadPage};
+use token::{FeedScope, SyncTokens};
 
 /// The validated query of a feed operation.
 #[derive(Debug)]
@@ -81,17 +66,69 @@ const CHANGE_BYTES: usize = 448;
 /// Room for the body around `data`: the token, the request id.
 const ENVELOPE_BYTES: usize = 256;
 
-/// The body of one feed page of `R` in the workspace of `caller`'s key. A request that
-/// waits checks the key again whenever a key changes and before it answers: a key revoked
-/// while it waits is refused then, and nothing changed after the revocation is served.
-pub async fn changes_page<R: Resource>(
-    state: &AppState,
+/// What feeds need, shared by every request of a process.
+pub struct Feeds {
+    /// Samples the bound on the primary.
+    pool: PgPool,
+    reads: Arc<Reads>,
+    /// Signs the feed's tokens, with the cursor secret.
+    pub tokens: SyncTokens,
+    /// Each feed's newest position, kept by the read model's notifications.
+    pub heads: Arc<FeedHeads>,
+    /// The position below which feed pages serve rows, sampled by one task.
+    pub bound: Arc<FeedBound>,
+    /// Feed pages read before their clients ask for them.
+    pub read_ahead: ReadAhead,
+    /// A waiting request checks its key again whenever a key changes.
+    authenticator: Arc<Authenticator>,
+    /// Cancelled when the server begins to shut down: waiting requests answer at once.
+    shutdown: CancellationToken,
+}
+
+impl Feeds {
+    pub fn new(
+        pool: PgPool,
+        reads: Arc<Reads>,
+        tokens: SyncTokens,
+        authenticator: Arc<Authenticator>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            pool,
+            reads,
+            tokens,
+            heads: Arc::default(),
+            bound: Arc::default(),
+            read_ahead: ReadAhead::default(),
+            authenticator,
+            shutdown,
+        }
+    }
+
+    /// The body of one feed page of `R` in the workspace of `caller`'s key, answering
+    /// request `request_id`. A request that waits checks the key again whenever a key
+    /// changes and before it answers: a key revoked while it waits is refused then, and
+    /// nothing changed after the revocation is served.
+    pub async fn page<R: Resource>(
+        &self,
+        caller: &Principal,
+        params: ChangesParams,
+        request_id: &str,
+    ) -> Result<Vec<u8>, ApiError> {
+        changes_page::<R>(self, caller, params, request_id).await
+    }
+}
+
+async fn changes_page<R: Resource>(
+    state: &Feeds,
     caller: &Principal,
     params: ChangesParams,
+    request_id: &str,
 ) -> Result<Vec<u8>, ApiError> {
     let workspace_id = caller.workspace_id;
     let began = std::time::Instant::now();
-    let feed = Feed::<R> { state, scope: FeedScope { resource: R::NAME, workspace_id }, resource: PhantomData };
+    let scope = FeedScope { resource: R::NAME, workspace_id };
+    let feed = Feed::<R> { state, scope, request_id, resource: PhantomData };
     // `seen`: the WAL position the client's last page was read at; no later page is read
     // anywhere that has not replayed it.
     let (mut since, mut seen) = match &params.since {
@@ -101,7 +138,7 @@ pub async fn changes_page<R: Resource>(
             return feed.body(write_data::<R>(&[])?, false, latest, read_at);
         }
         Some(Since::Token(token)) => {
-            state.sync_tokens.open_read_at(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
+            state.tokens.open_read_at(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
         }
     };
     let deadline = Instant::now() + params.wait.duration();
@@ -113,8 +150,8 @@ pub async fn changes_page<R: Resource>(
         }
         // Taken before looking, so that a change committed after the look wakes it, and a
         // bound that moves after the look lets it see what was committed but not final.
-        let mut watch = state.feed_heads.watch(feed.key());
-        let mut bound = state.feed_bound.watch();
+        let mut watch = state.heads.watch(feed.key());
+        let mut bound = state.bound.watch();
         let not_yet_served = match feed.look(since, seen, params.limit.get(), began).await? {
             Look::Page(page) => return Ok(page),
             Look::Nothing { caught_up, not_yet_served, read_at } => {
@@ -127,7 +164,7 @@ pub async fn changes_page<R: Resource>(
             break;
         }
         if waiting.is_none() {
-            let counted = state.feed_heads.start_waiting(feed.key());
+            let counted = state.heads.start_waiting(feed.key());
             waiting = Some(counted.ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?);
         }
         tokio::select! {
@@ -182,8 +219,9 @@ fn write_data<R: Resource>(changes: &[ChangedRow]) -> Result<Vec<u8>, ApiError> 
 
 /// One workspace's feed of `R`.
 struct Feed<'a, R> {
-    state: &'a AppState,
+    state: &'a Feeds,
     scope: FeedScope,
+    request_id: &'a str,
     resource: PhantomData<R>,
 }
 
@@ -196,7 +234,7 @@ impl<R: Resource> Feed<'_, R> {
     /// `began` that no older writer of the read model holds back (a bound sampled since),
     /// and the WAL position a replica must have replayed to serve from it.
     async fn latest(&self, began: std::time::Instant) -> Result<(FeedPosition, WalPosition), ApiError> {
-        let bound = self.state.feed_bound.sampled_since(&self.state.pool, began).await?;
+        let bound = self.state.bound.sampled_since(&self.state.pool, began).await?;
         Ok((FeedPosition::below(bound.position), bound.wal))
     }
 
@@ -212,7 +250,7 @@ impl<R: Resource> Feed<'_, R> {
         limit: usize,
         began: std::time::Instant,
     ) -> Result<Look, ApiError> {
-        let heads = &self.state.feed_heads;
+        let heads = &self.state.heads;
         let known = heads.known(self.key());
         if known.is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
@@ -222,7 +260,7 @@ impl<R: Resource> Feed<'_, R> {
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
         let key = PageKey { feed: self.key(), after: since, rows };
         let read = |bound| async move {
-            let ticket = heads.ticket();
+            let ticket = heads.ticket(self.key());
             let workspace_id = self.scope.workspace_id;
             let changes =
                 fetch_changes::<R>(&self.state.reads, workspace_id, since, rows, seen, bound, known.is_some()).await?;
@@ -231,7 +269,7 @@ impl<R: Resource> Feed<'_, R> {
         let (mut ticket, mut changes, mut written) = match self.state.read_ahead.take(&key, heads).await {
             Some((ticket, read)) => (ticket, read.changes, Some(read.data)),
             None => {
-                let bound = self.state.feed_bound.for_reading(&self.state.pool).await?;
+                let bound = self.state.bound.for_reading(&self.state.pool).await?;
                 read(self.replica_can_serve(since, bound)).await?
             }
         };
@@ -239,7 +277,7 @@ impl<R: Resource> Feed<'_, R> {
         // if the bound is older than the request, one sampled since may let it through.
         let newest = changes.newest.or(known).unwrap_or(i64::MAX);
         if changes.rows.len() <= limit && newest >= changes.bound {
-            let fresh = self.state.feed_bound.sampled_since(&self.state.pool, began).await?;
+            let fresh = self.state.bound.sampled_since(&self.state.pool, began).await?;
             if fresh.position > changes.bound {
                 (ticket, changes, written) = read(fresh).await?;
             }
@@ -247,7 +285,7 @@ impl<R: Resource> Feed<'_, R> {
         if let Some(newest) = changes.newest {
             heads.learn(self.key(), ticket, newest);
             if newest >= changes.bound {
-                self.state.feed_bound.committed(newest);
+                self.state.bound.committed(newest);
             }
         }
         let page = &changes.rows[..limit.min(changes.rows.len())];
@@ -286,7 +324,7 @@ impl<R: Resource> Feed<'_, R> {
         if bound.wal <= replayed {
             return bound;
         }
-        match self.state.feed_bound.replayed_by(replayed) {
+        match self.state.bound.replayed_by(replayed) {
             Some(older) if FeedPosition::below(older.position) > since => older,
             _ => bound,
         }
@@ -298,7 +336,7 @@ impl<R: Resource> Feed<'_, R> {
         let reads = self.state.reads.clone();
         // The bound this page was read below, or a newer one: either serves the page after.
         let bound = Bound { position: below, wal: seen };
-        let bound = self.state.feed_bound.current().filter(|known| known.position > below).unwrap_or(bound);
+        let bound = self.state.bound.current().filter(|known| known.position > below).unwrap_or(bound);
         let read = async move {
             let (workspace_id, after, rows) = (key.feed.1, key.after, key.rows);
             // This page's read found the head known, or learnt it.
@@ -310,7 +348,7 @@ impl<R: Resource> Feed<'_, R> {
             let data = write_data::<R>(&changes.rows[..limit.min(changes.rows.len())]).ok()?;
             Some(ReadPage { changes, data })
         };
-        self.state.read_ahead.start(key, &self.state.feed_heads, read);
+        self.state.read_ahead.start(key, &self.state.heads, read);
     }
 
     /// `data` (as [`write_data`] writes it), then `,"hasMore":…,"syncToken":…,"requestId":…}`
@@ -325,9 +363,9 @@ impl<R: Resource> Feed<'_, R> {
         body.extend_from_slice(b",\"hasMore\":");
         body.extend_from_slice(if has_more { b"true" } else { b"false" });
         body.extend_from_slice(b",\"syncToken\":");
-        write_str(&mut body, &self.state.sync_tokens.issue_read_at(self.scope, position, read_at));
+        write_str(&mut body, &self.state.tokens.issue_read_at(self.scope, position, read_at));
         body.extend_from_slice(b",\"requestId\":");
-        write_str(&mut body, RequestId::current().as_str());
+        write_str(&mut body, self.request_id);
         body.push(b'}');
         Ok(body)
     }

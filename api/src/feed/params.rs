@@ -8,7 +8,7 @@ use std::time::Duration;
 use poem_openapi::registry::MetaSchema;
 use serde_json::Value;
 
-use crate::listing::params::{query_param_type, whole_number};
+use crate::query_values::{query_param_type, whole_number};
 
 /// `since` as received: `latest`, or a token whose signature is checked later.
 #[derive(Clone, PartialEq, Eq)]

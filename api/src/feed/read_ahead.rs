@@ -27,10 +27,11 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::time::Instant;
 
-use super::heads::{FeedHeads, FeedKey, Ticket, Watch};
-use super::FeedPosition;
-use crate::db::changes::Changes;
-use crate::operations::names::FEED_READ_AHEAD;
+use super::heads::{FeedHeads, FeedKey, Watch};
+use super::position::FeedPosition;
+use super::query::Changes;
+use crate::metric_names::FEED_READ_AHEAD;
+use crate::reads::freshness::Ticket;
 
 /// Pages held at once, over every feed: about 40 KB each at 100 rows.
 pub const MAX_PAGES: usize = 128;
@@ -90,7 +91,7 @@ impl ReadAhead {
     where
         F: Future<Output = Option<ReadPage>> + Send + 'static,
     {
-        let ticket = heads.ticket();
+        let ticket = heads.ticket(key.feed);
         if !ticket.trusted() {
             return;
         }

@@ -11,7 +11,7 @@
 //! releases for as long as the deployment keeps that secret.
 //!
 //! A token also carries the WAL position its page was read at, so that the next page is
-//! read where at least that much is replayed (see `db::replicas`); tokens of the format
+//! read where at least that much is replayed (see `reads::replicas`); tokens of the format
 //! before it open as read at the start of the WAL.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -21,9 +21,9 @@ use secrecy::SecretString;
 use sha2::Sha256;
 use uuid::Uuid;
 
-use super::FeedPosition;
-use crate::db::replicas::WalPosition;
-use crate::listing::cursor::scoped_mac;
+use super::position::FeedPosition;
+use crate::reads::replicas::WalPosition;
+use crate::signing::scoped_mac;
 
 /// The format's version, first byte of every token.
 const VERSION: u8 = 3;

@@ -11,7 +11,8 @@ use poem::Request;
 use poem_openapi::auth::ApiKey;
 use poem_openapi::SecurityScheme;
 
-use super::{caller, AppState};
+use super::caller;
+use crate::app::AppState;
 use crate::error::ApiError;
 use crate::keys::{Principal, Scope};
 
@@ -50,8 +51,7 @@ async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Re
     let limit_lookups = || match address.map(|address| state.rate_limits.check_lookup(address)) {
         Some(Err(retry_after_secs)) => {
             caller::record(|caller| caller.lookup_retry_after_secs = Some(retry_after_secs));
-            metrics::counter!(crate::operations::names::RATE_LIMITED, "limit" => "key_lookups_per_address")
-                .increment(1);
+            metrics::counter!(crate::metric_names::RATE_LIMITED, "limit" => "key_lookups_per_address").increment(1);
             Err(ApiError::RateLimited { retry_after_secs })
         }
         _ => Ok(()),
@@ -69,7 +69,7 @@ async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Re
         caller.standing = Some(standing);
     });
     if let Some(retry_after_secs) = standing.retry_after_secs {
-        metrics::counter!(crate::operations::names::RATE_LIMITED, "limit" => "per_key").increment(1);
+        metrics::counter!(crate::metric_names::RATE_LIMITED, "limit" => "per_key").increment(1);
         return Err(ApiError::RateLimited { retry_after_secs }.into());
     }
     principal.require(scope)?;

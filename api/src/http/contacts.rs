@@ -8,20 +8,21 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ContactsReader;
-use super::changes::{feed_limit_example, wait_example, ChangeType, ChangesError, ChangesQuery};
-pub use super::collection::NoQuery;
-use super::collection::{
-    id_example, limit_example, list_page, record_body, sort_example, GetError, ListError, ListParams, ListQuery,
+use super::contracts::{
+    feed_limit_example, id_example, limit_example, sort_example, wait_example, ChangeType, ChangesError, ChangesQuery,
+    GetError, ListError, ListQuery, NoQuery, RecordId,
 };
 use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
-use super::{AppState, RecordId};
-use crate::db::contacts::{ContactType, Contacts};
+use crate::app::AppState;
 use crate::error::ApiError;
 use crate::feed::params::{FeedLimit, Since, WaitSeconds};
-use crate::feed::{changes_page, ChangesParams};
-use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
+use crate::feed::ChangesParams;
+use crate::listing::page::PageInfo;
+use crate::listing::params::{CursorToken, Limit, SearchText, SortKey};
+use crate::listing::ListParams;
+use crate::resources::contacts::{ContactType, Contacts};
 
 /// A page of contacts.
 #[derive(Debug, Object, serde::Serialize)]
@@ -106,6 +107,7 @@ impl ContactsApi {
     async fn list_contacts(
         &self,
         state: Data<&Arc<AppState>>,
+        request_id: Data<&RequestId>,
         key: ContactsReader,
         _strict: StrictQuery<ListContactsQuery>,
         /// Case-insensitive substring of name, email, phone or tin; `%`, `_` and `\`
@@ -125,7 +127,8 @@ impl ContactsApi {
         sort: Query<SortKey>,
     ) -> Result<JsonBody<ContactList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
-        Ok(JsonBody::assembled(list_page::<Contacts>(&state, &key.0, params).await?))
+        let page = state.listing.page::<Contacts>(key.0.workspace_id, params, request_id.as_str()).await?;
+        Ok(JsonBody::assembled(page))
     }
 
     /// List changes to contacts
@@ -135,10 +138,12 @@ impl ContactsApi {
     /// when it is active, `removed` when it is archived or deleted. Without `since` the
     /// feed starts at the beginning, so every contact the workspace ever had appears.
     /// Follow `syncToken` while `hasMore` is true; keep the last one for the next sync.
+    #[expect(clippy::too_many_arguments, reason = "poem-openapi takes each query parameter as an argument of its own")]
     #[oai(path = "/contacts/changes", method = "get", operation_id = "listContactChanges")]
     async fn list_contact_changes(
         &self,
         state: Data<&Arc<AppState>>,
+        request_id: Data<&RequestId>,
         key: ContactsReader,
         _strict: StrictQuery<ChangesQuery<Contacts>>,
         /// A `syncToken` of an earlier response of this operation, unchanged; `latest` for
@@ -153,7 +158,7 @@ impl ContactsApi {
         wait: Query<WaitSeconds>,
     ) -> Result<JsonBody<ContactChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
-        Ok(JsonBody::assembled(changes_page::<Contacts>(&state, &key.0, params).await?))
+        Ok(JsonBody::assembled(state.feeds.page::<Contacts>(&key.0, params, request_id.as_str()).await?))
     }
 
     /// Retrieve an active contact
@@ -163,6 +168,7 @@ impl ContactsApi {
     async fn get_contact(
         &self,
         state: Data<&Arc<AppState>>,
+        request_id: Data<&RequestId>,
         key: ContactsReader,
         _strict: StrictQuery<NoQuery>,
         /// The contact's id.
@@ -170,9 +176,9 @@ impl ContactsApi {
         id: Path<RecordId>,
     ) -> Result<JsonBody<ContactEnvelope>, GetError> {
         let id = id.0.parse()?;
-        let row = state.contacts.find(key.0.workspace_id, id).await.map_err(ApiError::from)?;
-        let row =
-            row.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
-        Ok(JsonBody::assembled(record_body::<Contacts>(&row)?))
+        let body = state.retrieves.contact(key.0.workspace_id, id, request_id.as_str()).await?;
+        let body =
+            body.ok_or_else(|| ApiError::NotFound("No active contact with this id in this workspace.".to_owned()))?;
+        Ok(JsonBody::assembled(body))
     }
 }

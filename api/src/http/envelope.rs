@@ -13,7 +13,6 @@ use poem_openapi::Object;
 
 use super::caller::{self, Caller};
 use super::request_id::RequestId;
-use super::server::MAX_HEAD_BYTES;
 use crate::error::{code_for_status, ApiError, ErrorCode};
 
 /// The body of every error response.
@@ -91,6 +90,12 @@ macro_rules! error_responses {
 }
 pub(crate) use error_responses;
 
+/// Bytes a request line plus headers may take. The envelope refuses larger heads with
+/// a 431 in the contract's error shape; the connection layer reads up to four times as
+/// much before hyper must cut the request off, with a 431 of its own that
+/// `server::parser_refusals` puts in the error shape too.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
 /// The challenge of every 401: an API key in the `X-API-Key` header.
 pub const KEY_CHALLENGE: &str = "ApiKey realm=\"lectern\", header=\"X-API-Key\"";
 
@@ -105,8 +110,10 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
         .and_then(|value| value.to_str().ok())
         .and_then(RequestId::from_client)
         .unwrap_or_else(RequestId::generate);
+    // Operations hand it to their feature as an argument.
+    request.set_data(request_id.clone());
     let method = request.method().clone();
-    let route = crate::operations::route_of(request.uri().path());
+    let route = crate::http::operations::route_of(request.uri().path());
 
     let (outcome, caller) = caller::scope(request_id.clone().scope(async {
         if head_size(&request) > MAX_HEAD_BYTES {
@@ -159,7 +166,7 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
     // Keys belong on servers: browsers get no CORS grant, and nothing is cached or sniffed.
     headers_for_every_response(response.headers_mut());
     let elapsed = started.elapsed();
-    crate::operations::record_request(route, method.as_str(), status.as_u16(), elapsed);
+    crate::http::operations::record_request(route, method.as_str(), status.as_u16(), elapsed);
     tracing::info!(
         request_id = %request_id,
         method = %method,

@@ -1,4 +1,4 @@
-//! `listItems` and `getItem`: products and services (decisions.md, "Items").
+//! `listItems` and `getItem`: products and services (`docs/api.md`, "Item").
 
 use std::sync::Arc;
 
@@ -8,20 +8,21 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::{Object, OpenApi};
 
 use super::auth::ItemsReader;
-use super::changes::{feed_limit_example, wait_example, ChangeType, ChangesError, ChangesQuery};
-use super::collection::{
-    id_example, limit_example, list_page, record_body, sort_example, GetError, ListError, ListParams, ListQuery,
-    NoQuery,
+use super::contracts::{
+    feed_limit_example, id_example, limit_example, sort_example, wait_example, ChangeType, ChangesError, ChangesQuery,
+    GetError, ListError, ListQuery, NoQuery, RecordId,
 };
 use super::payload::JsonBody;
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
-use super::{AppState, RecordId};
-use crate::db::items::{ItemKind, Items};
+use crate::app::AppState;
 use crate::error::ApiError;
 use crate::feed::params::{FeedLimit, Since, WaitSeconds};
-use crate::feed::{changes_page, ChangesParams};
-use crate::listing::{CursorToken, Limit, PageInfo, SearchText, SortKey};
+use crate::feed::ChangesParams;
+use crate::listing::page::PageInfo;
+use crate::listing::params::{CursorToken, Limit, SearchText, SortKey};
+use crate::listing::ListParams;
+use crate::resources::items::{ItemKind, Items};
 
 /// A page of items.
 #[derive(Debug, Object, serde::Serialize)]
@@ -106,6 +107,7 @@ impl ItemsApi {
     async fn list_items(
         &self,
         state: Data<&Arc<AppState>>,
+        request_id: Data<&RequestId>,
         key: ItemsReader,
         _strict: StrictQuery<ListItemsQuery>,
         /// Case-insensitive substring of name, sku or description; `%`, `_` and `\`
@@ -125,7 +127,8 @@ impl ItemsApi {
         sort: Query<SortKey>,
     ) -> Result<JsonBody<ItemList>, ListError> {
         let params = ListParams { search: search.0, cursor: cursor.0, limit: limit.0, kind: kind.0, sort: sort.0 };
-        Ok(JsonBody::assembled(list_page::<Items>(&state, &key.0, params).await?))
+        let page = state.listing.page::<Items>(key.0.workspace_id, params, request_id.as_str()).await?;
+        Ok(JsonBody::assembled(page))
     }
 
     /// List changes to items
@@ -135,10 +138,12 @@ impl ItemsApi {
     /// when it is active, `removed` when it is archived or deleted. Without `since` the
     /// feed starts at the beginning, so every item the workspace ever had appears.
     /// Follow `syncToken` while `hasMore` is true; keep the last one for the next sync.
+    #[expect(clippy::too_many_arguments, reason = "poem-openapi takes each query parameter as an argument of its own")]
     #[oai(path = "/items/changes", method = "get", operation_id = "listItemChanges")]
     async fn list_item_changes(
         &self,
         state: Data<&Arc<AppState>>,
+        request_id: Data<&RequestId>,
         key: ItemsReader,
         _strict: StrictQuery<ChangesQuery<Items>>,
         /// A `syncToken` of an earlier response of this operation, unchanged; `latest` for
@@ -153,7 +158,7 @@ impl ItemsApi {
         wait: Query<WaitSeconds>,
     ) -> Result<JsonBody<ItemChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
-        Ok(JsonBody::assembled(changes_page::<Items>(&state, &key.0, params).await?))
+        Ok(JsonBody::assembled(state.feeds.page::<Items>(&key.0, params, request_id.as_str()).await?))
     }
 
     /// Retrieve an active item
@@ -163,6 +168,7 @@ impl ItemsApi {
     async fn get_item(
         &self,
         state: Data<&Arc<AppState>>,
+        request_id: Data<&RequestId>,
         key: ItemsReader,
         _strict: StrictQuery<NoQuery>,
         /// The item's id.
@@ -170,8 +176,9 @@ impl ItemsApi {
         id: Path<RecordId>,
     ) -> Result<JsonBody<ItemEnvelope>, GetError> {
         let id = id.0.parse()?;
-        let row = state.items.find(key.0.workspace_id, id).await.map_err(ApiError::from)?;
-        let row = row.ok_or_else(|| ApiError::NotFound("No active item with this id in this workspace.".to_owned()))?;
-        Ok(JsonBody::assembled(record_body::<Items>(&row)?))
+        let body = state.retrieves.item(key.0.workspace_id, id, request_id.as_str()).await?;
+        let body =
+            body.ok_or_else(|| ApiError::NotFound("No active item with this id in this workspace.".to_owned()))?;
+        Ok(JsonBody::assembled(body))
     }
 }

@@ -98,7 +98,7 @@ mod tests {
     use crate::http::contacts::{ContactEnvelope, ContactList};
     use crate::http::items::{ItemEnvelope, ItemList};
     use crate::http::request_id::RequestId;
-    use crate::listing::PageInfo;
+    use crate::listing::page::PageInfo;
 
     fn contact(name: &str, email: Option<&str>) -> Contact {
         Contact {

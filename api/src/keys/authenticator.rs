@@ -13,7 +13,6 @@
 //! real key is never refused by that limit, even while the cache is bypassed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -24,14 +23,11 @@ use uuid::Uuid;
 
 use super::store::{self, AuthRecord};
 use super::{Environment, ParsedKey, Pepper, Scope};
-use crate::db::notifications::Invalidated;
 use crate::error::ApiError;
-use crate::operations::names::KEY_CACHE;
+use crate::metric_names::KEY_CACHE;
+use crate::reads::change::{Change, Channel, Follower};
+use crate::reads::freshness::{Freshness, Trust};
 
-/// The channel `api_keys`' trigger notifies with the changed key id.
-pub const KEY_CHANGES_CHANNEL: &str = "lectern_api_keys";
-/// The payload that names every key: `api_keys` was truncated.
-const EVERY_KEY: &str = "*";
 /// How often last-used times are written back.
 const LAST_USED_FLUSH_EVERY: Duration = Duration::from_secs(5);
 
@@ -81,10 +77,8 @@ pub struct Authenticator {
     pepper: Pepper,
     environment: Environment,
     cache: RwLock<HashMap<String, Arc<AuthRecord>>>,
-    /// Bumped on every eviction so a lookup that raced with one does not cache stale data.
-    generation: AtomicU64,
-    /// True only while the LISTEN connection is up; the cache is trusted only then.
-    listening: AtomicBool,
+    /// Per key id: a lookup that raced with a change of its key keeps nothing.
+    freshness: Freshness<String>,
     /// The secret hash of every key verified by this process, by key id: a lookup of
     /// a key whose presented secret matches is not charged to its address.
     verified: RwLock<HashMap<String, Vec<u8>>>,
@@ -94,33 +88,29 @@ pub struct Authenticator {
     evictions: watch::Sender<u64>,
 }
 
-impl Invalidated for Authenticator {
-    fn channel(&self) -> &'static str {
-        KEY_CHANGES_CHANNEL
+impl Follower for Authenticator {
+    fn channel(&self) -> Channel {
+        Channel::Keys
     }
 
-    fn evict(&self, key_id: &str) {
-        if key_id == EVERY_KEY {
-            self.write_verified().clear();
-            return self.forget_everything();
-        }
-        let mut cache = self.write_cache();
-        cache.remove(key_id);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        drop(cache);
+    fn changed(&self, change: &Change) {
+        match change {
+            Change::Key(key_id) => self.freshness.changed(key_id.clone(), || self.write_cache().remove(key_id)),
+            _ => {
+                self.write_verified().clear();
+                return self.forget_everything();
+            }
+        };
         self.evictions.send_modify(|count| *count += 1);
     }
 
     fn forget_everything(&self) {
-        let mut cache = self.write_cache();
-        cache.clear();
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        drop(cache);
+        self.freshness.everything_changed(|| self.write_cache().clear());
         self.evictions.send_modify(|count| *count += 1);
     }
 
-    fn listening(&self) -> &AtomicBool {
-        &self.listening
+    fn trust(&self) -> &Trust {
+        self.freshness.trust()
     }
 }
 
@@ -131,8 +121,7 @@ impl Authenticator {
             pepper,
             environment,
             cache: RwLock::default(),
-            generation: AtomicU64::new(0),
-            listening: AtomicBool::new(false),
+            freshness: Freshness::default(),
             verified: RwLock::default(),
             last_used: Mutex::default(),
             evictions: watch::Sender::new(0),
@@ -149,16 +138,16 @@ impl Authenticator {
     /// is gone since: for a request that held it while waiting. From the cache, which a
     /// revocation evicts within a second, or from the database.
     pub async fn still_valid(&self, principal: &Principal) -> Result<(), ApiError> {
-        let cached = if self.trusted() { self.read_cache().get(&principal.key_id).cloned() } else { None };
+        let cached = if self.freshness.trusted() { self.read_cache().get(&principal.key_id).cloned() } else { None };
         let record = match cached {
             Some(record) => Some(record),
             None => {
-                let generation = self.generation.load(Ordering::Acquire);
+                let ticket = self.freshness.ticket(&principal.key_id);
                 let record = store::find_for_auth(&self.pool, &principal.key_id).await?.map(Arc::new);
                 if let Some(record) = &record {
-                    if self.trusted() && self.generation.load(Ordering::Acquire) == generation {
-                        self.write_cache().insert(principal.key_id.clone(), record.clone());
-                    }
+                    self.freshness.keep_if_unchanged(&principal.key_id, ticket, || {
+                        self.write_cache().insert(principal.key_id.clone(), record.clone())
+                    });
                 }
                 record
             }
@@ -227,7 +216,7 @@ impl Authenticator {
         before_unverified_lookup: impl FnOnce() -> Result<(), ApiError>,
     ) -> Result<(Option<Arc<AuthRecord>>, bool), ApiError> {
         let key_id = &key.key_id;
-        let trusted = self.trusted();
+        let trusted = self.freshness.trusted();
         if trusted {
             if let Some(hit) = self.read_cache().get(key_id) {
                 metrics::counter!(KEY_CACHE, "result" => "hit").increment(1);
@@ -238,13 +227,11 @@ impl Authenticator {
         if !self.verified_before(key) {
             before_unverified_lookup()?;
         }
-        let generation = self.generation.load(Ordering::Acquire);
+        let ticket = self.freshness.ticket(key_id);
         let record = store::find_for_auth(&self.pool, key_id).await?.map(Arc::new);
         if let Some(record) = &record {
-            let mut cache = self.write_cache();
-            if trusted && self.generation.load(Ordering::Acquire) == generation {
-                cache.insert(key_id.clone(), record.clone());
-            }
+            self.freshness
+                .keep_if_unchanged(key_id, ticket, || self.write_cache().insert(key_id.clone(), record.clone()));
         }
         Ok((record, true))
     }

@@ -6,7 +6,7 @@
 //! workspace, with another filter or sort, or altered in any byte, fails verification.
 //!
 //! It also carries the WAL position its page was read at, so that the next page is read
-//! where at least that much is replayed (see `db::replicas`). Cursors of the first
+//! where at least that much is replayed (see `reads::replicas`). Cursors of the first
 //! format, without it, still open, as read at the start of the WAL.
 
 use std::time::Duration;
@@ -15,13 +15,15 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use sha2::Sha256;
 use uuid::Uuid;
 
-use super::{Position, SortKey};
+use super::params::SortKey;
+use super::request::Position;
+use crate::signing::scoped_mac;
 
-use crate::db::replicas::WalPosition;
+use crate::reads::replicas::WalPosition;
 
 const VERSION: u8 = 2;
 /// The first format's version: no read position.
@@ -185,20 +187,6 @@ impl CursorSigner {
         ];
         scoped_mac(&self.secret, &fields, body)
     }
-}
-
-/// HMAC-SHA256 under `secret` over `fields`, each length-prefixed so that no two
-/// different scopes share an encoding, then `body`. Cursors and sync tokens both sign
-/// with it, each scope starting with a label of its own.
-pub(crate) fn scoped_mac(secret: &SecretString, fields: &[&[u8]], body: &[u8]) -> Hmac<Sha256> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.expose_secret().as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-    for field in fields {
-        mac.update(&(field.len() as u64).to_be_bytes());
-        mac.update(field);
-    }
-    mac.update(body);
-    mac
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! million contacts, a rare term in the workspace of 200,000 ("66043831") spent 2.2 ms
 //! in that index scan; on a partial index holding only that workspace's rows the same
 //! scan took 0.3-0.45 ms. Searches are planned per execution with the real workspace
-//! (lectern-api, `db/connections.rs`), so PostgreSQL takes a workspace's own index
+//! (lectern-api, `reads/connections.rs`), so PostgreSQL takes a workspace's own index
 //! whenever it is the cheaper path; the API's SQL does not change.
 //!
 //! Which workspaces: candidates come from the planner's statistics of `workspace_id`

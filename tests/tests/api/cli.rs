@@ -410,7 +410,7 @@ async fn migrate_creates_a_missing_database_and_applies_the_migrations() {
         .await
         .expect("drop database");
     assert!(contacts, "migrate did not create the contacts table");
-    assert_eq!(applied, lectern_api::db::MIGRATOR.migrations.len() as i64);
+    assert_eq!(applied, lectern_api::reads::MIGRATOR.migrations.len() as i64);
 }
 
 #[tokio::test]

@@ -7,11 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use lectern_api::db::connections::{PlanMode, ReadConnections};
-use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::{fetch_page, Resource, SearchShape};
-use lectern_api::db::PoolSettings;
+use lectern_api::listing::query::{fetch_page, SearchShape};
 use lectern_api::listing::{Limit, ListRequest, SearchText, SortKey};
+use lectern_api::reads::connections::{PlanMode, ReadConnections};
+use lectern_api::reads::PoolSettings;
+use lectern_api::resources::contacts::{ContactType, Contacts};
+use lectern_api::resources::Resource;
 use lectern_tests::{ContactSeed, TestDatabase};
 use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, Row};
@@ -29,7 +30,7 @@ pub(crate) fn settings(max_connections: u32) -> PoolSettings {
 
 /// A set of `max_connections` on the test database, as the API opens it.
 pub(crate) fn read_connections(db: &TestDatabase, max_connections: u32) -> ReadConnections {
-    lectern_api::db::read_connections(&db.url, &settings(max_connections)).expect("connect options")
+    lectern_api::reads::read_connections(&db.url, &settings(max_connections)).expect("connect options")
 }
 
 fn listing(workspace_id: Uuid, search: Option<&str>) -> ListRequest<ContactType> {

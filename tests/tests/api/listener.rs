@@ -6,9 +6,9 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use lectern_api::db::notifications::{LISTENER_APPLICATION, SILENT_FAILURE_NOTICED_WITHIN};
 use lectern_api::keys::Scope;
 use lectern_api::rate_limit::Policy;
+use lectern_api::reads::notifications::{LISTENER_APPLICATION, SILENT_FAILURE_NOTICED_WITHIN};
 use lectern_tests::app::AppOptions;
 use lectern_tests::seed::create_key;
 use lectern_tests::{ContactSeed, TestApp, TestDatabase};

@@ -10,10 +10,10 @@ use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use lectern_api::db::contacts::Contacts;
-use lectern_api::db::listing::Resource;
-use lectern_api::db::lookups::{Lookups, CONCURRENT_BATCHES};
-use lectern_api::db::replicas::Reads;
+use lectern_api::reads::replicas::Reads;
+use lectern_api::resources::contacts::Contacts;
+use lectern_api::resources::Resource;
+use lectern_api::retrieve::lookups::{Lookups, CONCURRENT_BATCHES};
 
 use crate::statements::record_statements;
 

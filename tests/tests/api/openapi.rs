@@ -8,7 +8,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use lectern_api::http::contacts::{ListContactsQuery, NoQuery};
+use lectern_api::http::contacts::ListContactsQuery;
+use lectern_api::http::contracts::NoQuery;
 use lectern_api::http::items::ListItemsQuery;
 use lectern_api::http::strict_query::QueryContract;
 use lectern_tests::app::is_request_id;
@@ -44,7 +45,7 @@ const ERROR_CODES: [&str; 13] = [
 const CONTACT_FIELDS: [&str; 9] =
     ["id", "name", "email", "phone", "address", "tin", "isCustomer", "isSupplier", "createdAt"];
 
-/// The Item's fields, as decisions.md lists them.
+/// The Item's fields, as `docs/api.md` lists them.
 const ITEM_FIELDS: [&str; 9] =
     ["id", "name", "sku", "description", "type", "unit", "salePrice", "purchasePrice", "createdAt"];
 

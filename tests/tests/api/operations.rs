@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lectern_api::db::{lazy_pool, PoolSettings};
 use lectern_api::keys::Scope;
+use lectern_api::reads::{lazy_pool, PoolSettings};
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::free_port;

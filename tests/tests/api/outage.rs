@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lectern_api::db::{lazy_pool, PoolSettings};
 use lectern_api::keys::{Environment, IssuedKey};
+use lectern_api::reads::{lazy_pool, PoolSettings};
 use lectern_tests::seed::test_pepper;
 use lectern_tests::TestApp;
 use secrecy::ExposeSecret;

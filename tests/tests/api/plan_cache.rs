@@ -3,12 +3,14 @@
 //! large workspace, and every retrieve, again at each execution: the custom plans'
 //! estimates came out cheaper than the generic one, though the plan was the same.
 
-use lectern_api::db::connections::PlanMode;
-use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::{fetch_page, Resource, SearchShape};
-use lectern_api::db::lookups::Lookups;
-use lectern_api::db::replicas::Reads;
-use lectern_api::listing::{Keyed, Limit, ListRequest, SortKey};
+use lectern_api::listing::query::{fetch_page, SearchShape};
+use lectern_api::listing::Keyed;
+use lectern_api::listing::{Limit, ListRequest, SortKey};
+use lectern_api::reads::connections::PlanMode;
+use lectern_api::reads::replicas::Reads;
+use lectern_api::resources::contacts::{ContactType, Contacts};
+use lectern_api::resources::Resource;
+use lectern_api::retrieve::lookups::Lookups;
 use lectern_tests::TestDatabase;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -62,7 +64,7 @@ async fn retrieves_are_planned_once_per_connection() {
             .fetch_all(&db.pool)
             .await
             .expect("ids");
-    let pool = lectern_api::db::lazy_pool(&db.url, &settings(1)).expect("options");
+    let pool = lectern_api::reads::lazy_pool(&db.url, &settings(1)).expect("options");
     let lookups = Lookups::<Contacts>::new(pool.clone(), Reads::beside(&pool));
     for id in &ids {
         let found = lookups.find(workspace, *id).await.expect("lookup");

@@ -5,9 +5,9 @@
 //! for a rare term in a large workspace, and reads no more rows than its page; a walk
 //! (a search in a small workspace) does the former under one generic plan.
 
-use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::{list_sql, SearchShape};
+use lectern_api::listing::query::{list_sql, SearchShape};
 use lectern_api::listing::{Limit, ListRequest, Position, SearchText, SortKey};
+use lectern_api::resources::contacts::{ContactType, Contacts};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use sqlx::{Execute, PgPool};

@@ -540,7 +540,7 @@ async fn checks_run_in_the_order_401_then_403_then_400(resource: &'static Resour
     }
 }
 
-/// decisions.md: a VALIDATION_ERROR has one `details` entry per problem. A retrieve with
+/// The contract: a VALIDATION_ERROR has one `details` entry per problem. A retrieve with
 /// a malformed id and an unknown parameter has two.
 async fn a_retrieve_with_a_malformed_id_and_an_unknown_parameter_names_both(resource: &'static Resource) {
     let env = Env::start(resource).await;

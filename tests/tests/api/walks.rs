@@ -5,11 +5,13 @@
 
 use std::time::Duration;
 
-use lectern_api::db::connections::{PlanMode, ReadConnections};
-use lectern_api::db::contacts::{ContactType, Contacts};
-use lectern_api::db::listing::{fetch_page, Resource, SearchShape};
-use lectern_api::db::workspace_sizes::WalkSettings;
-use lectern_api::listing::{Keyed, Limit, ListRequest, SearchText, SortKey};
+use lectern_api::listing::query::{fetch_page, SearchShape};
+use lectern_api::listing::workspace_sizes::WalkSettings;
+use lectern_api::listing::Keyed;
+use lectern_api::listing::{Limit, ListRequest, SearchText, SortKey};
+use lectern_api::reads::connections::{PlanMode, ReadConnections};
+use lectern_api::resources::contacts::{ContactType, Contacts};
+use lectern_api::resources::Resource;
 use lectern_tests::app::AppOptions;
 use lectern_tests::seed::insert_contacts;
 use lectern_tests::{ContactSeed, TestApp, TestDatabase};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lectern_api::db::PoolSettings;
+use lectern_api::reads::PoolSettings;
 use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::support::{assert_unavailable, PrivateApi, MARGIN, RECOVERY};

@@ -140,7 +140,7 @@ async fn pool(url: &str) -> PgPool {
 async fn after_a_failover_to_a_standby_that_missed_the_last_writes_nothing_acknowledged_is_lost_and_no_change_skipped()
 {
     let mut primary = TestPostgres::start_primary().await;
-    lectern_api::db::create_and_migrate(&primary.url()).await.expect("migrate the primary");
+    lectern_api::reads::create_and_migrate(&primary.url()).await.expect("migrate the primary");
     let nats = TestNats::start().await;
     let client = nats.client().await;
     let on_primary = pool(&primary.url()).await;
@@ -230,7 +230,7 @@ const SLOW_WAL_WRITER: &str = "wal_writer_delay = '10s'\nwal_writer_flush_after 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_that_loses_commits_never_makes_a_client_skip_what_is_written_after_it() {
     let mut server = TestPostgres::start_new_with(SLOW_WAL_WRITER).await;
-    lectern_api::db::create_and_migrate(&server.url()).await.expect("migrate");
+    lectern_api::reads::create_and_migrate(&server.url()).await.expect("migrate");
     let writer = pool(&server.url()).await;
     let app = TestApp::spawn(pool(&server.url()).await).await;
     let (workspace, key) = app.workspace_with_key().await;
@@ -270,7 +270,7 @@ async fn a_crash_that_loses_commits_never_makes_a_client_skip_what_is_written_af
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_acknowledged_before_a_crash_is_in_the_read_model_after_it() {
     let mut server = TestPostgres::start_new_with(SLOW_WAL_WRITER).await;
-    lectern_api::db::create_and_migrate(&server.url()).await.expect("migrate");
+    lectern_api::reads::create_and_migrate(&server.url()).await.expect("migrate");
     let nats = TestNats::start().await;
     let client = nats.client().await;
     let projector = RunningProjector::start_consuming(&nats.url, pool(&server.url()).await).await;
@@ -298,7 +298,7 @@ async fn a_redelivered_batch_that_changes_nothing_is_on_disk_when_it_is_acknowle
     use lectern_projector::apply::{apply_batch, CommitMode, Received};
 
     let mut server = TestPostgres::start_new_with(SLOW_WAL_WRITER).await;
-    lectern_api::db::create_and_migrate(&server.url()).await.expect("migrate");
+    lectern_api::reads::create_and_migrate(&server.url()).await.expect("migrate");
     let projector_pool = pool(&server.url()).await;
     let workspace = Uuid::new_v4();
     let ids: Vec<Uuid> = (0..10).map(|_| Uuid::new_v4()).collect();

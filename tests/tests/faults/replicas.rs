@@ -8,10 +8,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lectern_api::db::lazy_pool;
-use lectern_api::db::replicas::{ReplicaTarget, WalPosition};
-use lectern_api::db::PoolSettings;
 use lectern_api::keys::{store, Scope};
+use lectern_api::reads::lazy_pool;
+use lectern_api::reads::replicas::{ReplicaTarget, WalPosition};
+use lectern_api::reads::PoolSettings;
 use lectern_tests::app::{urlencode, AppOptions};
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::seed::create_key;
@@ -43,7 +43,7 @@ struct Replicated {
 impl Replicated {
     async fn start(contacts: usize) -> Self {
         let primary = TestPostgres::start_primary().await;
-        lectern_api::db::create_and_migrate(&primary.url()).await.expect("create and migrate the primary");
+        lectern_api::reads::create_and_migrate(&primary.url()).await.expect("create and migrate the primary");
         let admin =
             PgPoolOptions::new().max_connections(2).connect(&primary.url()).await.expect("connect to the primary");
         let workspace = Uuid::new_v4();
@@ -364,7 +364,7 @@ async fn a_replica_stopped_and_started_again_costs_no_request() {
         failed.len(),
         answers.len()
     );
-    let degraded = lectern_api::operations::readiness(&app.pool, &state.change_listener, &state.reads)
+    let degraded = lectern_api::http::operations::readiness(&app.pool, &state.change_listener, &state.reads)
         .await
         .expect("ready while the primary serves");
     assert!(

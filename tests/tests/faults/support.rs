@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use lectern_api::db::{lazy_pool, PoolSettings};
 use lectern_api::keys::Scope;
+use lectern_api::reads::{lazy_pool, PoolSettings};
 use lectern_tests::app::AppOptions;
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
@@ -41,7 +41,7 @@ pub(crate) struct PrivateApi {
 impl PrivateApi {
     pub(crate) async fn start(settings: PoolSettings) -> Self {
         let postgres = TestPostgres::start_new().await;
-        lectern_api::db::create_and_migrate(&postgres.url()).await.expect("create and migrate the private database");
+        lectern_api::reads::create_and_migrate(&postgres.url()).await.expect("create and migrate the private database");
         let admin = PgPoolOptions::new()
             .max_connections(2)
             .connect(&postgres.url())

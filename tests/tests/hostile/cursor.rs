@@ -637,7 +637,7 @@ fn a_correctly_signed_cursor_at_a_position_no_record_can_have_is_not_a_5xx() {
     });
 }
 
-/// decisions.md: a bad cursor is a 400 that tells the client to start a new
+/// The contract: a bad cursor is a 400 that tells the client to start a new
 /// traversal; docs/api.md: "every refused cursor". A cursor that is not even UTF-8 is one.
 #[test]
 fn a_cursor_that_is_not_utf8_is_a_400_that_says_start_over() {

@@ -3,7 +3,7 @@
 //! `sort`/`type` junk, LIKE metacharacters and SQL text in `search`, weird record ids
 //! and hostile `X-Request-Id` headers, sent with keys of every kind.
 //!
-//! Each answer is held to a model of the contract (decisions.md and docs/api.md): the
+//! Each answer is held to a model of the contract (`docs/api.md`): the
 //! order of checks (route, 401, 403, 400), the strict query gate (unknown, repeated,
 //! workspace-choosing and badly encoded parameters, each value's rule; one `details`
 //! entry per problem, naming its parameter, in order), and, for a 200, exactly the
@@ -701,7 +701,7 @@ proptest! {
     }
 }
 
-/// decisions.md's order of checks is 401 → 429 → 403 → 400, and a malformed id is a
+/// The contract's order of checks is 401 → 429 → 403 → 400, and a malformed id is a
 /// 400 naming `id`, reported with the query's problems. An id whose percent-escapes
 /// are not UTF-8 is a malformed id like any other.
 #[test]
@@ -731,7 +731,7 @@ fn a_record_id_that_is_not_utf8_is_checked_after_the_key_and_named_id() {
 }
 
 /// A request head longer than the server reads is refused, and like every response
-/// in the contract's error shape, with the code decisions.md gives its status and a
+/// in the contract's error shape, with the code `docs/api.md` gives its status and a
 /// request id ("every response, success or error, carries a request identifier").
 #[test]
 fn a_request_head_over_the_servers_limit_is_refused_in_the_error_shape() {

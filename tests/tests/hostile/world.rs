@@ -111,7 +111,7 @@ pub fn replay<T>(entries: &[(String, T)], check: impl Fn(&str, &T)) {
     assert!(failed.is_empty(), "{} of {} corpus entries failed:\n{}", failed.len(), entries.len(), failed.join("\n"));
 }
 
-// Form decoding, as decisions.md and the strict gate define it.
+// Form decoding, as the contract and the strict gate define it.
 
 /// Decodes a query component the way the strict gate documents: `+` is a space, `%XX`
 /// is a byte, any other `%` is itself; `None` when the bytes are not UTF-8.
@@ -139,7 +139,7 @@ fn hex(byte: u8) -> Option<u8> {
 
 // The contract's checks.
 
-/// The error code decisions.md pairs with `status`.
+/// The error code `docs/api.md` pairs with `status`.
 pub fn code_for(status: u16) -> &'static str {
     match status {
         400 => "VALIDATION_ERROR",

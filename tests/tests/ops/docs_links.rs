@@ -118,6 +118,12 @@ fn root() -> PathBuf {
 
 /// Every `.md` file under `root`, but for the skipped directories of the root.
 fn markdown_files(root: &Path) -> Vec<PathBuf> {
+    files_with_extension(root, "md")
+}
+
+/// Every file ending in `.<extension>` under `root`, but for the skipped directories of
+/// the root (build output, git's own).
+pub fn files_with_extension(root: &Path, extension: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut pending = vec![root.to_path_buf()];
     while let Some(directory) = pending.pop() {
@@ -130,7 +136,7 @@ fn markdown_files(root: &Path) -> Vec<PathBuf> {
                 if !skipped {
                     pending.push(path);
                 }
-            } else if path.extension().is_some_and(|extension| extension == "md") {
+            } else if path.extension().is_some_and(|found| found == extension) {
                 found.push(path);
             }
         }

@@ -5,6 +5,7 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod architecture_map;
 mod cli;
 mod compose;
 mod dockerfile;

@@ -52,7 +52,7 @@ async fn dead_letter_count(pool: &PgPool) -> i64 {
 /// synchronous standby that does not exist.
 async fn server_whose_flushes_never_complete() -> (TestPostgres, PgPool) {
     let server = TestPostgres::start_new().await;
-    lectern_api::db::create_and_migrate(&server.url()).await.expect("create and migrate the private database");
+    lectern_api::reads::create_and_migrate(&server.url()).await.expect("create and migrate the private database");
     let pool = PgPoolOptions::new().max_connections(4).connect(&server.url()).await.expect("connect");
     for setting in [
         "alter system set synchronous_commit = 'on'",

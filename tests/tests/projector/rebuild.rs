@@ -353,7 +353,7 @@ async fn a_rebuild_resumed_after_a_database_crash_starts_again_and_removes_nothi
     let nats = TestNats::start().await;
     let mut server = lectern_tests::postgres::TestPostgres::start_new().await;
     let url = server.url();
-    lectern_api::db::create_and_migrate(&url).await.expect("migrate");
+    lectern_api::reads::create_and_migrate(&url).await.expect("migrate");
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&url).await.expect("connect");
     let workspace = Uuid::new_v4();
     let projector = Projector::run(&nats.url, &url);

@@ -85,7 +85,7 @@ async fn a_workspace_reaching_the_threshold_gets_its_own_search_index_and_search
 
     projector.stop().await;
 
-    // The API's search shape (db/listing.rs), planned for this execution's workspace and
+    // The API's search shape (listing/query.rs), planned for this execution's workspace and
     // pattern as the API's search connections do. At a test's few rows any scan would do,
     // so the other paths are set aside (in a transaction rolled back at the end): the
     // choice left is between the shared trigram index and the workspace's own.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use lectern_api::db::MIGRATOR;
+use lectern_api::reads::MIGRATOR;
 use lectern_fixtures::demo::{demo_events, expected_active_counts, DEMO_WORKSPACE};
 use lectern_schema::events::EntityKind;
 use lectern_tests::binaries::{lectern_api, lectern_projector};

@@ -28,12 +28,7 @@ use tokio_util::task::TaskTracker;
 
 use self::activity::{Activity, Expired, Tracked};
 use self::parser_refusals::RefusalsInShape;
-
-/// Bytes a request line plus headers may take. The envelope refuses larger heads with
-/// a 431 in the contract's error shape; the connection layer reads up to four times as
-/// much before hyper must cut the request off, with a 431 of its own that
-/// [`parser_refusals`] puts in the error shape too.
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+use super::envelope::MAX_HEAD_BYTES;
 
 /// What one server will put up with.
 #[derive(Clone, Copy, Debug)]
@@ -106,7 +101,7 @@ where
             },
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
-            metrics::counter!(crate::operations::names::CONNECTIONS_REFUSED).increment(1);
+            metrics::counter!(crate::metric_names::CONNECTIONS_REFUSED).increment(1);
             drop(stream);
             continue;
         };
@@ -152,7 +147,7 @@ where
                     _ = connection.as_mut() => break,
                     () = activity.changed() => {}
                     why = expired => {
-                        metrics::counter!(crate::operations::names::CONNECTIONS_EXPIRED, "reason" => why.label())
+                        metrics::counter!(crate::metric_names::CONNECTIONS_EXPIRED, "reason" => why.label())
                             .increment(1);
                         if why == Expired::Idle {
                             // A GOAWAY for HTTP/2; HTTP/1 closes at once.

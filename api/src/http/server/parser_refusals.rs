@@ -53,7 +53,7 @@ impl<S> RefusalsInShape<S> {
         };
         let request_id = RequestId::generate();
         let body = ErrorResponse::with_id(status, message, request_id.clone()).to_json();
-        crate::operations::record_request("unmatched", "-", status.as_u16(), std::time::Duration::ZERO);
+        crate::http::operations::record_request("unmatched", "-", status.as_u16(), std::time::Duration::ZERO);
         tracing::info!(request_id = %request_id, status = status.as_u16(), "request refused by the HTTP parser");
         let reason = status.canonical_reason().unwrap_or("Error");
         let mut response = format!(

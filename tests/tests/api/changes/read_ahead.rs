@@ -16,7 +16,7 @@ const CONTACTS: &str = "/v1/contacts/changes";
 async fn read_ahead_finished(app: &TestApp, reads: u64) {
     let state = app.state.as_ref().expect("an in-process app");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while state.read_ahead.finished() < reads {
+    while state.feeds.read_ahead.finished() < reads {
         assert!(tokio::time::Instant::now() < deadline, "no page was read ahead within 10 s");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

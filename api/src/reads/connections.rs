@@ -148,8 +148,7 @@ impl ReadConnections {
         let share = match self.shared.shares.enter(workspace_id, self.shared.acquire_timeout).await {
             Ok(share) => share,
             Err(exhausted) => {
-                metrics::counter!(crate::operations::names::RATE_LIMITED, "limit" => "workspace_connections")
-                    .increment(1);
+                metrics::counter!(crate::metric_names::RATE_LIMITED, "limit" => "workspace_connections").increment(1);
                 return Err(exhausted.into());
             }
         };

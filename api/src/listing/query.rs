@@ -5,7 +5,7 @@
 //! of request (sort, type, with or without cursor, with or without search) is its own
 //! prepared statement. A listing's generic plan is the keyset index scan; searches run
 //! on connections that plan each execution with the actual pattern and workspace
-//! (see [`super::connections`]).
+//! (see [`crate::reads::connections`]).
 //!
 //! A search picks its page of ids first and reads those rows afterwards. The createdAt
 //! order index carries the search document, so the inner query can walk the
@@ -18,27 +18,11 @@
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder};
 
-use super::connections::{PlanMode, ReadConnections, ReadError};
-use super::replicas::{Read, Reads, WalPosition, READ_POSITION};
-use crate::listing::{Keyed, KindFilter, ListRequest, Position, SortKey};
-
-/// A table that can be listed and read by id. Implemented once per resource.
-pub trait Resource {
-    /// Table name, also the resource name bound into cursors.
-    const NAME: &'static str;
-    /// The columns a record is read from, in SQL, in the order [`Resource::record`]
-    /// reads them.
-    const COLUMNS: &'static str;
-    /// The searchable columns, for the exact per-field check a search containing a
-    /// newline needs (the index document joins fields with newlines).
-    const SEARCH_FIELDS: &'static [&'static str];
-    type Kind: KindFilter;
-    /// One record as served, borrowing its text from the row it was read from: a page
-    /// is written from the rows PostgreSQL sent, without a copy of each field.
-    type Record<'r>: Keyed + lectern_schema::json::WriteJson;
-    /// Reads a row that starts with [`Resource::COLUMNS`].
-    fn record(row: &PgRow) -> Result<Self::Record<'_>, sqlx::Error>;
-}
+use super::params::SortKey;
+use super::request::{ListRequest, Position};
+use crate::reads::connections::{PlanMode, ReadConnections, ReadError};
+use crate::reads::replicas::{Read, Reads, WalPosition, READ_POSITION};
+use crate::resources::{KindFilter, Resource};
 
 /// How a search finds its page of ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,7 +93,7 @@ pub async fn fetch_page<R: Resource>(
 }
 
 /// As [`fetch_page`], on a replica that has replayed `seen` and the workspace's latest
-/// change when one has (see [`super::replicas`]), else on the primary.
+/// change when one has (see [`crate::reads::replicas`]), else on the primary.
 pub async fn read_page<R: Resource>(
     reads: &Reads,
     request: &ListRequest<R::Kind>,

@@ -1,4 +1,4 @@
-//! The `contacts` table as the API lists it; its columns and decoder are
+//! The `contacts` table as the API serves it; its columns and decoder are
 //! [`lectern_read_model::contacts`]'s.
 
 use std::str::Utf8Error;
@@ -7,8 +7,8 @@ use lectern_read_model::contacts;
 use lectern_schema::ContactRef;
 use sqlx::postgres::PgRow;
 
-use super::listing::Resource;
-use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
+use super::{KindFilter, Ordered, Resource, SortKeys};
+use crate::query_values::query_enum;
 
 query_enum! {
     /// `type` of listContacts: which contacts to list.
@@ -43,8 +43,8 @@ impl Resource for Contacts {
     }
 }
 
-impl Keyed for ContactRef<'_> {
-    fn position(&self, sort: SortKey) -> Result<Position, Utf8Error> {
-        Ok(Position::of(sort, self.created_at.as_datetime(), self.name.as_str()?, self.id))
+impl Ordered for ContactRef<'_> {
+    fn sort_keys(&self) -> Result<SortKeys<'_>, Utf8Error> {
+        Ok(SortKeys { id: self.id, created_at: self.created_at.as_datetime(), name: self.name.as_str()? })
     }
 }

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::connections::{PlanMode, ReadConnections, ReadError};
-use super::listing::{Resource, SearchShape};
-use crate::listing::ListRequest;
+use super::query::SearchShape;
+use super::request::ListRequest;
+use crate::reads::connections::{PlanMode, ReadConnections, ReadError};
+use crate::resources::Resource;
 
 /// When searches walk a workspace.
 #[derive(Clone, Copy, Debug)]

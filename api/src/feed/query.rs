@@ -5,11 +5,11 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::connections::{PlanMode, ReadError};
-use super::listing::Resource;
-use super::replicas::{Reads, WalPosition, READ_POSITION};
-use crate::feed::bound::Bound;
-use crate::feed::FeedPosition;
+use super::bound::Bound;
+use super::position::FeedPosition;
+use crate::reads::connections::{PlanMode, ReadError};
+use crate::reads::replicas::{Reads, WalPosition, READ_POSITION};
+use crate::resources::Resource;
 use lectern_read_model::CHANGE_TRANSACTION;
 
 /// One row of a feed page: where it stands, whether it is served, and the row itself,

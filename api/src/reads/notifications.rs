@@ -1,5 +1,6 @@
-//! Caches kept fresh by PostgreSQL notifications: one LISTEN connection, outside the
-//! request pool, serves every cache of the process.
+//! The one LISTEN connection, outside the request pool, that serves every cache of the
+//! process: each notification is read once ([`super::change`]) and handed to the caches
+//! that follow its channel.
 //!
 //! A notification can be missed while the connection is down, and a connection can die
 //! without closing (a NAT or firewall forgetting it, a failover): it then carries
@@ -10,7 +11,6 @@
 //! back; when one does not, or the connection fails, every cache forgets everything at
 //! once and is bypassed until a new connection has proved itself.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,8 @@ use sqlx::postgres::{PgListener, PgNotification, PgPoolOptions};
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 
-use crate::operations::names::{LISTENER_FAILURES, LISTENER_UP};
+use super::change::{Change, Follower};
+use crate::metric_names::{LISTENER_FAILURES, LISTENER_UP};
 
 /// How often the listener proves it is alive.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -36,29 +37,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How the listener's sessions are named in `pg_stat_activity`.
 pub const LISTENER_APPLICATION: &str = "lectern-api-listener";
 pub const HEARTBEAT_APPLICATION: &str = "lectern-api-heartbeat";
-
-/// A cache that one notification channel invalidates.
-pub trait Invalidated: Send + Sync {
-    /// The channel whose payloads name what changed.
-    fn channel(&self) -> &'static str;
-    /// Drops what `payload` names.
-    fn evict(&self, payload: &str);
-    /// Drops every entry.
-    fn forget_everything(&self);
-    /// The cache's flag for "its channel is being listened to", which [`follow`] sets.
-    fn listening(&self) -> &AtomicBool;
-
-    /// Drops everything, and trusts the cache from now on only if `trusted`.
-    fn reset(&self, trusted: bool) {
-        self.forget_everything();
-        self.listening().store(trusted, Ordering::Release);
-    }
-
-    /// Whether the cache may serve and keep entries.
-    fn trusted(&self) -> bool {
-        self.listening().load(Ordering::Acquire)
-    }
-}
 
 /// Whether the listener is up, for readiness and metrics.
 #[derive(Debug)]
@@ -132,7 +110,7 @@ impl ListenerFailure {
 }
 
 /// Follows every cache's channel until the process ends, reconnecting with backoff.
-pub async fn follow(pool: PgPool, caches: Vec<Arc<dyn Invalidated>>, health: Arc<ListenerHealth>) {
+pub async fn follow(pool: PgPool, caches: Vec<Arc<dyn Follower>>, health: Arc<ListenerHealth>) {
     let mut backoff = Duration::from_millis(100);
     metrics::gauge!(LISTENER_UP).set(0.0);
     loop {
@@ -143,7 +121,7 @@ pub async fn follow(pool: PgPool, caches: Vec<Arc<dyn Invalidated>>, health: Arc
         health.down(failure.to_string());
         metrics::counter!(LISTENER_FAILURES, "reason" => failure.label()).increment(1);
         tracing::warn!(
-            error = %crate::error::chain(&failure),
+            error = %lectern_runtime::with_causes(&failure),
             "change listener failed; keys and first pages are read from the database until it is back"
         );
         if proved {
@@ -158,7 +136,7 @@ pub async fn follow(pool: PgPool, caches: Vec<Arc<dyn Invalidated>>, health: Arc
 /// proved itself alive.
 async fn listen_until_failed(
     pool: &PgPool,
-    caches: &[Arc<dyn Invalidated>],
+    caches: &[Arc<dyn Follower>],
     health: &ListenerHealth,
 ) -> (ListenerFailure, bool) {
     // Pools of one of their own: the listener holds its connection for good, and a
@@ -188,8 +166,12 @@ async fn listen_until_failed(
                     None => return (ListenerFailure::Closed, proved),
                 };
                 if notification.channel() != heartbeat.channel {
-                    for cache in caches.iter().filter(|cache| cache.channel() == notification.channel()) {
-                        cache.evict(notification.payload());
+                    // Read once, whatever the number of caches that follow it.
+                    let Some(change) = Change::parse(notification.channel(), notification.payload()) else {
+                        continue;
+                    };
+                    for cache in caches.iter().filter(|cache| cache.channel().name() == notification.channel()) {
+                        cache.changed(&change);
                     }
                 } else if heartbeat.came_back(notification.payload()) && !proved {
                     // Anything cached before this point may have missed a notification.
@@ -225,12 +207,12 @@ impl Drop for Subscription {
 
 async fn subscribe(
     listening: &PgPool,
-    caches: &[Arc<dyn Invalidated>],
+    caches: &[Arc<dyn Follower>],
     heartbeat_channel: &str,
 ) -> Result<Subscription, ListenerFailure> {
     let connect = async {
         let mut listener = PgListener::connect_with(listening).await?;
-        let mut channels: Vec<&str> = caches.iter().map(|cache| cache.channel()).collect();
+        let mut channels: Vec<&str> = caches.iter().map(|cache| cache.channel().name()).collect();
         // Several caches may follow one channel; one LISTEN serves them all.
         channels.sort_unstable();
         channels.dedup();

@@ -25,9 +25,10 @@ use sqlx::{PgPool, Row};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::connections::PlanMode;
-use super::listing::Resource;
-use super::replicas::{Reads, READ_POSITION};
+use crate::error::ApiError;
+use crate::reads::connections::PlanMode;
+use crate::reads::replicas::{Reads, READ_POSITION};
+use crate::resources::Resource;
 
 /// Statements one resource's lookups may have running at once.
 pub const CONCURRENT_BATCHES: usize = 4;
@@ -49,6 +50,15 @@ pub enum LookupError {
     /// The batch task ended without answering (a bug: it panicked).
     #[error("the lookup batch ended without answering")]
     Abandoned,
+}
+
+impl From<LookupError> for ApiError {
+    fn from(error: LookupError) -> Self {
+        match error {
+            LookupError::Database(error) => error.into(),
+            abandoned @ LookupError::Abandoned => Self::Internal(Box::new(abandoned)),
+        }
+    }
 }
 
 /// The record's row (read it with [`Resource::record`]), `None` when it is unknown,

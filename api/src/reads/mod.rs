@@ -1,18 +1,20 @@
-//! PostgreSQL access: the pool, the migrations, and one module per resource whose
-//! queries return rows, read as the shared record types (`lectern_schema`), and know
-//! nothing of HTTP.
+//! The read runtime every feature reads through, knowing no feature: the pool and the
+//! migrations, the connections listings and feeds borrow with each workspace's share,
+//! the replicas and their fences, and the notifications that keep caches fresh.
+//!
+//! - [`connections`]: the connections reads borrow, planned per execution or generically.
+//! - [`workspace_shares`]: how many of them one workspace may hold at once.
+//! - [`replicas`]: reads routed to streaming replicas that have replayed far enough.
+//! - [`notifications`]: the one LISTEN connection, with its heartbeat.
+//! - [`change`]: what a notification says changed, parsed once; the followers' trait.
+//! - [`freshness`]: the one staleness guard every cache keeps its answers under.
 
-pub mod changes;
+pub mod change;
 pub mod connections;
-pub mod contacts;
-pub mod first_pages;
-pub mod items;
-pub mod listing;
-pub mod lookups;
+pub mod freshness;
 pub mod notifications;
 pub mod replicas;
 pub mod workspace_shares;
-pub mod workspace_sizes;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -31,10 +31,10 @@ use sqlx::Row;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use super::change::{Change, Channel, Follower};
 use super::connections::{PlanMode, ReadConnections, ReadError};
-use super::first_pages::CHANGES_CHANNEL;
-use super::notifications::Invalidated;
-use crate::operations::names::{READS, REPLICA_IN_ROTATION, REPLICA_LAG};
+use super::freshness::Trust;
+use crate::metric_names::{READS, REPLICA_IN_ROTATION, REPLICA_LAG};
 
 /// A position in the primary's WAL, in bytes from `0/0`.
 pub type WalPosition = i64;
@@ -211,7 +211,7 @@ pub struct Reads {
     announced: Notify,
     /// Set by the change listener while its notifications can be trusted; until then
     /// no fence is known, and only the primary serves.
-    listening: AtomicBool,
+    listening: Trust,
     /// The primary's position, sampled: the oldest first.
     primary_samples: Mutex<VecDeque<(Instant, WalPosition)>>,
     /// Round robin among the replicas that may serve.
@@ -255,7 +255,7 @@ impl Reads {
             max_lag,
             fences: Mutex::default(),
             announced: Notify::new(),
-            listening: AtomicBool::new(false),
+            listening: Trust::default(),
             primary_samples: Mutex::default(),
             turn: AtomicUsize::new(0),
         })
@@ -360,7 +360,7 @@ impl Reads {
     /// The position every one of `workspaces` needs, or `None` when only the primary
     /// may serve (no replica, no trusted listener, or a fence still being read).
     fn needed(&self, workspaces: impl Iterator<Item = Uuid>) -> Option<WalPosition> {
-        if self.replicas.is_empty() || !self.listening.load(Ordering::Acquire) {
+        if self.replicas.is_empty() || !self.listening.get() {
             return None;
         }
         let fences = self.lock_fences();
@@ -515,17 +515,16 @@ fn read_position(rows: &[PgRow]) -> Option<WalPosition> {
     row.try_get::<Option<i64>, _>(row.len().checked_sub(1)?).ok().flatten()
 }
 
-impl Invalidated for Reads {
-    fn channel(&self) -> &'static str {
-        CHANGES_CHANNEL
+impl Follower for Reads {
+    fn channel(&self) -> Channel {
+        Channel::ReadModel
     }
 
-    fn evict(&self, payload: &str) {
-        if self.replicas.is_empty() {
-            return;
+    fn changed(&self, change: &Change) {
+        if !self.replicas.is_empty() {
+            // A change that names no workspace fences them all.
+            self.fence(change.workspace());
         }
-        let workspace = payload.split(' ').next().unwrap_or_default();
-        self.fence(Uuid::try_parse(workspace).ok());
     }
 
     fn forget_everything(&self) {
@@ -536,7 +535,7 @@ impl Invalidated for Reads {
         }
     }
 
-    fn listening(&self) -> &AtomicBool {
+    fn trust(&self) -> &Trust {
         &self.listening
     }
 }

@@ -1,4 +1,4 @@
-//! The `items` table as the API lists it; its columns and decoder are
+//! The `items` table as the API serves it; its columns and decoder are
 //! [`lectern_read_model::items`]'s.
 
 use std::str::Utf8Error;
@@ -7,8 +7,8 @@ use lectern_read_model::items;
 use lectern_schema::ItemRef;
 use sqlx::postgres::PgRow;
 
-use super::listing::Resource;
-use crate::listing::{query_enum, Keyed, KindFilter, Position, SortKey};
+use super::{KindFilter, Ordered, Resource, SortKeys};
+use crate::query_values::query_enum;
 
 query_enum! {
     /// `type` of listItems: which items to list.
@@ -43,8 +43,8 @@ impl Resource for Items {
     }
 }
 
-impl Keyed for ItemRef<'_> {
-    fn position(&self, sort: SortKey) -> Result<Position, Utf8Error> {
-        Ok(Position::of(sort, self.created_at.as_datetime(), self.name.as_str()?, self.id))
+impl Ordered for ItemRef<'_> {
+    fn sort_keys(&self) -> Result<SortKeys<'_>, Utf8Error> {
+        Ok(SortKeys { id: self.id, created_at: self.created_at.as_datetime(), name: self.name.as_str()? })
     }
 }

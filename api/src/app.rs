@@ -1,0 +1,144 @@
+//! The application's state: each feature's own state, and what they share, built once
+//! by one constructor. `serve` and the tests' harness both go through [`AppState::new`],
+//! so no test can pass on a state the service never builds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::feed::token::SyncTokens;
+use crate::feed::Feeds;
+use crate::keys::{Authenticator, Environment, Pepper};
+use crate::listing::cursor::CursorSigner;
+use crate::listing::workspace_sizes::WalkSettings;
+use crate::listing::Listing;
+use crate::rate_limit::{Policy, RateLimits};
+use crate::reads::change::Follower;
+use crate::reads::connections::ReadConnections;
+use crate::reads::notifications::{self, ListenerHealth};
+use crate::reads::replicas::{Reads, ReplicaTarget};
+use crate::reads::PoolSettings;
+use crate::retrieve::Retrieves;
+
+/// Everything a request needs.
+pub struct AppState {
+    /// Key checks, retrieves, the feed's bound and readiness.
+    pub pool: PgPool,
+    /// Listings, searches, retrieves and feeds: on the primary's connections and the
+    /// replicas' (see [`crate::reads`]).
+    pub reads: Arc<Reads>,
+    pub authenticator: Arc<Authenticator>,
+    pub rate_limits: RateLimits,
+    /// Whether the change listener that keeps every cache fresh is up.
+    pub change_listener: Arc<ListenerHealth>,
+    pub listing: Listing,
+    pub feeds: Feeds,
+    pub retrieves: Retrieves,
+    /// Cancelled when the server begins to shut down: long polls answer at once.
+    pub shutdown: CancellationToken,
+}
+
+/// The settings a state is built from (`serve` reads them from its command line).
+#[derive(Debug)]
+pub struct AppSettings {
+    /// The listing connections' size, timeouts and per-workspace share.
+    pub reads: PoolSettings,
+    /// Streaming replicas that serve reads, by name (`host:port/database`).
+    pub replicas: Vec<ReplicaTarget>,
+    /// How far behind the primary a replica may be and still serve.
+    pub max_replica_lag: Duration,
+    /// The pepper key secrets are hashed under.
+    pub pepper: Pepper,
+    /// Which keys this deployment serves.
+    pub environment: Environment,
+    /// What signs cursors, and how long they stay valid.
+    pub cursor_secret: SecretString,
+    pub cursor_lifetime: Duration,
+    /// Each key's bucket.
+    pub per_key: Policy,
+    /// Each client address's bucket of failed key lookups.
+    pub lookups_per_address: Policy,
+    /// When searches walk a workspace.
+    pub walks: WalkSettings,
+}
+
+impl AppState {
+    /// The state of an API on `pool`: nothing is connected yet (the pool and the
+    /// listing connections connect on first use, so the API starts while PostgreSQL is
+    /// down). The listing connections go to `pool`'s server, as its options say.
+    pub fn new(pool: PgPool, settings: AppSettings) -> Self {
+        let primary = ReadConnections::new((*pool.connect_options()).clone(), &settings.reads);
+        let replicas = settings
+            .replicas
+            .into_iter()
+            .map(|target| (target.name, ReadConnections::new(target.options, &settings.reads)))
+            .collect();
+        let reads = Reads::new(primary, replicas, settings.max_replica_lag);
+        let authenticator = Arc::new(Authenticator::new(pool.clone(), settings.pepper, settings.environment));
+        let shutdown = CancellationToken::new();
+        let tokens = SyncTokens::new(settings.cursor_secret.clone());
+        Self {
+            listing: Listing::new(
+                reads.clone(),
+                CursorSigner::new(settings.cursor_secret, settings.cursor_lifetime),
+                settings.walks,
+            ),
+            feeds: Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), shutdown.clone()),
+            retrieves: Retrieves::new(&pool, &reads),
+            rate_limits: RateLimits::new(settings.per_key, settings.lookups_per_address),
+            change_listener: Arc::default(),
+            authenticator,
+            shutdown,
+            reads,
+            pool,
+        }
+    }
+
+    /// Everything the change listener keeps fresh. The replicas' fences first: a page
+    /// read again after a cache is evicted must already find its workspace fenced.
+    pub fn followers(&self) -> Vec<Arc<dyn Follower>> {
+        vec![
+            self.reads.clone(),
+            self.authenticator.clone(),
+            self.listing.first_pages.clone(),
+            self.feeds.heads.clone(),
+            self.feeds.bound.clone(),
+        ]
+    }
+
+    /// Starts the tasks that keep the state fresh while the process serves: the change
+    /// listener, the feed's bound sampler, the replica monitor, the key last-used writer
+    /// and the rate limits' sweeper. They stop when the returned handles are dropped.
+    pub fn start_background_tasks(self: &Arc<Self>) -> BackgroundTasks {
+        let state = self.clone();
+        let sweeper = async move {
+            let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every_minute.tick().await;
+                state.rate_limits.forget_idle();
+            }
+        };
+        BackgroundTasks(vec![
+            tokio::spawn(notifications::follow(self.pool.clone(), self.followers(), self.change_listener.clone())),
+            tokio::spawn(self.feeds.bound.clone().keep(self.pool.clone())),
+            tokio::spawn(self.reads.clone().watch()),
+            tokio::spawn(self.authenticator.clone().flush_last_used_periodically()),
+            tokio::spawn(sweeper),
+        ])
+    }
+}
+
+/// The state's background tasks, aborted when dropped.
+pub struct BackgroundTasks(Vec<JoinHandle<()>>);
+
+impl Drop for BackgroundTasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}

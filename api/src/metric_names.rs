@@ -1,0 +1,37 @@
+//! The names of the metrics the API records, in one place, so that
+//! `docs/operations.md` and the tests agree with the code.
+
+pub const HTTP_REQUESTS: &str = "lectern_http_requests_total";
+/// Looks at a feed that found nothing new (a poll, or a long poll's wake-up), by
+/// where the answer came from (`memory`: the process knew the feed's head;
+/// `database`: it had to query).
+pub const FEED_EMPTY_POLLS: &str = "lectern_api_feed_empty_polls_total";
+/// Feed requests waiting for a change now (`wait`), holding no connection.
+pub const FEED_WAITING: &str = "lectern_api_feed_waiting_requests";
+/// Samples of the feed's bound this process took (`feed::bound`): one statement each,
+/// however many requests wait.
+pub const FEED_BOUND_SAMPLES: &str = "lectern_api_feed_bound_samples_total";
+/// Feed pages read before their client asked, by `outcome` (`served`: ready when asked
+/// for; `served_after_wait`: still being read; `stale`: a change of the feed was
+/// announced after the read; `unclaimed`: nobody asked in time).
+pub const FEED_READ_AHEAD: &str = "lectern_api_feed_read_ahead_pages_total";
+pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
+pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
+pub const FIRST_PAGE_CACHE: &str = "lectern_first_page_cache_lookups_total";
+pub const POOL_CONNECTIONS: &str = "lectern_db_pool_connections";
+pub const POOL_MAX: &str = "lectern_db_pool_max_connections";
+pub const RATE_LIMITED: &str = "lectern_rate_limited_total";
+/// 1 while the change listener is up and proved alive, else 0 (caches bypassed).
+pub const LISTENER_UP: &str = "lectern_api_change_listener_up";
+/// Times the change listener was given up, by `reason`.
+pub const LISTENER_FAILURES: &str = "lectern_api_change_listener_failures_total";
+/// Statements of listings, retrieves and feeds, by `source` (`primary` or `replica`).
+pub const READS: &str = "lectern_api_reads_total";
+/// Seconds each replica (`replica` label) is behind the primary (NaN while unknown).
+pub const REPLICA_LAG: &str = "lectern_api_replica_lag_seconds";
+/// 1 while a replica serves reads, 0 while it is out of the rotation.
+pub const REPLICA_IN_ROTATION: &str = "lectern_api_replica_in_rotation";
+pub const CONNECTIONS_REFUSED: &str = "lectern_http_connections_refused_total";
+/// Connections closed for sending no request head in time (`reason="no_request"`)
+/// or for staying idle after their last response (`reason="idle"`).
+pub const CONNECTIONS_EXPIRED: &str = "lectern_http_connections_expired_total";
