@@ -20,6 +20,9 @@ use crate::reads::PoolSettings;
 /// Publicly known values so a local run works with no set-up; refused in production.
 const DEV_KEY_PEPPER: &str = "lectern-development-key-pepper-not-secret";
 const DEV_CURSOR_SECRET: &str = "lectern-development-cursor-secret-not-secret";
+/// How long `serve` stays up, not ready, after SIGTERM, unless told otherwise: enough
+/// for a load balancer that checks readiness every second or two to notice.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Shortest secret accepted in production: 32 bytes.
 const MIN_SECRET_LEN: usize = 32;
 
@@ -85,6 +88,7 @@ impl ServeArgs {
         ServerLimits {
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            shutdown_grace: self.shutdown_grace_ms.map_or(DEFAULT_SHUTDOWN_GRACE, Duration::from_millis),
             ..ServerLimits::default()
         }
     }
@@ -238,6 +242,12 @@ pub struct ServeArgs {
     /// Milliseconds a connection has to complete a request head, from its accept and from the end of its last response (silent, slow and idle connections are closed; HTTP/2 is pinged as often).
     #[arg(long, env = "LECTERN_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub header_read_timeout_ms: u64,
+    /// Milliseconds `serve` keeps accepting and serving after SIGTERM while `/readyz`
+    /// answers 503, so that load balancers move traffic away before the listener closes;
+    /// then it stops accepting and finishes what is in flight. Default 5000 (`lectern-dev`:
+    /// 0). Set it above your load balancer's readiness interval times its failure threshold.
+    #[arg(long, env = "LECTERN_SHUTDOWN_GRACE_MS", value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub shutdown_grace_ms: Option<u64>,
     /// Seconds a cursor stays valid after it is issued.
     #[arg(long, env = "LECTERN_CURSOR_LIFETIME_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
     pub cursor_lifetime_secs: u64,

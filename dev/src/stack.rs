@@ -46,7 +46,10 @@ pub struct StackArgs {
 /// Runs the stack until Ctrl-C or SIGTERM.
 pub async fn run(args: StackArgs) -> Result<(), DevError> {
     serve::install_metrics_recorder();
-    let settings = &args.serve;
+    let mut settings = args.serve.clone();
+    // One process on a newcomer's machine, behind no load balancer: Ctrl-C stops it at once.
+    settings.shutdown_grace_ms.get_or_insert(0);
+    let settings = &settings;
     let url = &settings.database.database_url;
     migrate(url).await?;
     let nats = connect_nats(&args.nats_url).await?;

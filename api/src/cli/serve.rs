@@ -15,8 +15,6 @@ use crate::error::CommandError;
 use crate::http::operations;
 use crate::http::{AppState, Application};
 use crate::reads;
-use crate::reads::notifications::ListenerHealth;
-use crate::reads::replicas::Reads;
 
 pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
     install_metrics_recorder();
@@ -47,17 +45,13 @@ pub struct Bound {
     /// The configured public address, named when serving fails.
     listen: SocketAddr,
     operations: OperationsServer,
-    pool: PgPool,
-    reads: Arc<Reads>,
-    change_listener: Arc<ListenerHealth>,
+    state: Arc<AppState>,
     max_connections: u32,
 }
 
 /// Builds the application state and binds the public and the operations addresses.
 pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError> {
-    let state = AppState::new(pool.clone(), args.app_settings()?);
-    let reads = state.reads.clone();
-    let change_listener = state.change_listener.clone();
+    let state = AppState::new(pool, args.app_settings()?);
     let application = Application::build(args.listen, state)
         .await
         .map_err(|source| CommandError::Listen { setting: "--listen/LECTERN_LISTEN", address: args.listen, source })?
@@ -73,8 +67,8 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         environment = args.environment.as_str(),
         "lectern-api listening"
     );
-    let max_connections = args.pool.db_pool_size;
-    Ok(Bound { application, listen: args.listen, operations, pool, reads, change_listener, max_connections })
+    let state = application.state();
+    Ok(Bound { application, listen: args.listen, operations, state, max_connections: args.pool.db_pool_size })
 }
 
 fn address_or(bound: Option<SocketAddr>, configured: SocketAddr) -> SocketAddr {
@@ -90,26 +84,28 @@ impl Bound {
         self.operations.local_addr()
     }
 
-    /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
+    /// Serves until `shutdown` is cancelled; then reports itself not ready on both
+    /// listeners while it keeps serving for the shutdown grace, and lets in-flight
+    /// requests finish. The operations listener stops last, so that probes see the 503.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), CommandError> {
-        let readiness =
-            operations::readiness_check(self.pool.clone(), self.change_listener.clone(), self.reads.clone());
-        let gauges = operations::pool_gauges(self.pool.clone(), self.reads.clone(), self.max_connections);
-        let operations_stopped = shutdown.clone();
+        let readiness = operations::readiness_check(&self.state);
+        let gauges = operations::pool_gauges(self.state.pool.clone(), self.state.reads.clone(), self.max_connections);
+        let api_stopped = CancellationToken::new();
+        let operations_stop = api_stopped.clone();
         let operations = tokio::spawn(self.operations.run(readiness, gauges, async move {
-            operations_stopped.cancelled().await;
+            operations_stop.cancelled().await;
         }));
         let address = address_or(self.application.local_addr(), self.listen);
-        let api_stopped = shutdown.clone();
-        let served = self.application.run_until_stopped(async move { api_stopped.cancelled().await }).await;
-        // The operations listener outlives nothing: it stops with the API.
+        let asked = shutdown.clone();
+        let served = self.application.run_until_stopped(async move { asked.cancelled().await }).await;
+        api_stopped.cancel();
         shutdown.cancel();
         match operations.await {
             Ok(Err(error)) => tracing::warn!(%error, "the operations listener stopped with an error"),
             Err(error) => tracing::warn!(%error, "the operations listener's task failed"),
             Ok(Ok(())) => {}
         }
-        self.reads.close_idle().await;
+        self.state.reads.close_idle().await;
         served.map_err(|source| CommandError::Serve { address, source })?;
         tracing::info!("lectern-api stopped");
         Ok(())

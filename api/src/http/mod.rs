@@ -34,7 +34,7 @@ pub use server::ServerLimits;
 pub fn app(state: Arc<AppState>) -> impl Endpoint {
     let document = openapi::document();
     let reference = openapi::reference_page(&document);
-    let readiness = operations::readiness_check(state.pool.clone(), state.change_listener.clone(), state.reads.clone());
+    let readiness = operations::readiness_check(&state);
     Route::new()
         .at(
             "/v1/openapi.json",
@@ -86,16 +86,27 @@ impl Application {
         self.listener.local_addr().ok()
     }
 
-    /// Serves until `shutdown` resolves, then lets in-flight requests finish and
-    /// writes the last batch of key last-used times.
+    /// Serves until `shutdown` resolves; then reports itself not ready but keeps
+    /// serving for the limits' shutdown grace, stops accepting, lets in-flight requests
+    /// finish and writes the last batch of key last-used times.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let background = self.state.start_background_tasks();
         let authenticator = self.state.authenticator.clone();
         let stopping = self.state.shutdown.clone();
+        let grace = self.limits.shutdown_grace;
         let shutdown = async move {
             shutdown.await;
-            // Answers the long polls, so the server's graceful wait is not theirs.
+            // Not ready from now on, and long polls answer at once (so the server's wait
+            // for in-flight requests is not theirs); new requests are still served while
+            // load balancers see the 503 and move traffic away.
             stopping.cancel();
+            if !grace.is_zero() {
+                tracing::info!(
+                    grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                    "shutting down: /readyz answers 503; still serving until the grace period ends"
+                );
+                tokio::time::sleep(grace).await;
+            }
         };
         let result = server::serve(self.listener, app(self.state), self.limits, shutdown).await;
         drop(background);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
 use sqlx::PgPool;
 
+use crate::app::AppState;
 use crate::reads;
 use crate::reads::notifications::ListenerHealth;
 use crate::reads::replicas::Reads;
@@ -51,15 +52,26 @@ fn describe_database_problem(error: &sqlx::Error) -> String {
     }
 }
 
-/// The readiness check as the operations listener takes it.
-pub fn readiness_check(pool: PgPool, listener: Arc<ListenerHealth>, reads: Arc<Reads>) -> ReadinessCheck {
+/// The readiness check of `state` as both listeners take it: not ready once shutdown has
+/// begun (load balancers move traffic away while the process still serves), else
+/// [`readiness`].
+pub fn readiness_check(state: &AppState) -> ReadinessCheck {
+    let (pool, listener, reads) = (state.pool.clone(), state.change_listener.clone(), state.reads.clone());
+    let stopping = state.shutdown.clone();
     Arc::new(move || {
-        let pool = pool.clone();
-        let listener = listener.clone();
-        let reads = reads.clone();
-        Box::pin(async move { readiness(&pool, &listener, &reads).await })
+        let (pool, listener, reads) = (pool.clone(), listener.clone(), reads.clone());
+        let stopping = stopping.clone();
+        Box::pin(async move {
+            if stopping.is_cancelled() {
+                return Err(vec![SHUTTING_DOWN.to_owned()]);
+            }
+            readiness(&pool, &listener, &reads).await
+        })
     })
 }
+
+/// What readiness says while the process shuts down.
+pub const SHUTTING_DOWN: &str = "shutting down: finishing in-flight requests, send new ones elsewhere";
 
 /// Pool usage is a reading, not an event: refreshed just before each scrape. Each of
 /// the two sets of connections (`pool="shared"` for key checks, retrieves and

@@ -30,6 +30,7 @@ mod resources;
 mod retrieve;
 mod roundtrips;
 mod search;
+mod shutdown;
 mod statements;
 mod values;
 mod walks;

@@ -394,15 +394,16 @@ async fn a_cors_preflight_is_not_a_success_and_grants_nothing() {
 // ---------------------------------------------------------------------------------------
 
 /// `lectern-api serve` on free ports against `db`, with the harness's pepper.
-struct Serve {
+pub(crate) struct Serve {
     service: Service,
-    api: String,
+    /// The public address, `host:port`.
+    pub(crate) api: String,
     operations: String,
     http: reqwest::Client,
 }
 
 impl Serve {
-    async fn start(db: &TestDatabase, extra: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start(db: &TestDatabase, extra: &[(&str, &str)]) -> Self {
         Self::start_on(&db.url, extra).await
     }
 
@@ -425,11 +426,11 @@ impl Serve {
         Self { service, api, operations, http: reqwest::Client::new() }
     }
 
-    fn api_url(&self, path: &str) -> String {
+    pub(crate) fn api_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.api)
     }
 
-    fn operations_url(&self, path: &str) -> String {
+    pub(crate) fn operations_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.operations)
     }
 
@@ -447,7 +448,21 @@ impl Serve {
         Metrics::parse(&response.text().await.expect("metrics text"))
     }
 
-    async fn stop(self) -> lectern_tests::process::Ended {
+    /// Sends SIGTERM and returns at once; [`Serve::ended`] waits for the exit.
+    pub(crate) fn signal_stop(&self) {
+        let pid = self.service.pid().to_string();
+        let kill = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+        assert!(kill.success(), "kill -TERM {pid} failed");
+    }
+
+    /// Waits for a process told to stop to exit with 0.
+    pub(crate) async fn ended(self) -> lectern_tests::process::Ended {
+        let ended = self.service.wait(PROCESS_TIMEOUT).await;
+        assert_eq!(ended.code, Some(0), "serve did not exit with 0 after SIGTERM:\n{}", ended.stderr);
+        ended
+    }
+
+    pub(crate) async fn stop(self) -> lectern_tests::process::Ended {
         let ended = self.service.terminate(PROCESS_TIMEOUT).await;
         assert_eq!(ended.code, Some(0), "SIGTERM did not end serve with exit 0:\n{}", ended.stderr);
         ended

@@ -44,7 +44,10 @@ pub struct ServerLimits {
     pub max_header_bytes: usize,
     /// Headers a request may carry (HTTP/1.1).
     pub max_headers: usize,
-    /// How long shutdown waits for in-flight requests.
+    /// How long, once shutdown is asked for, the server keeps accepting and serving while
+    /// it reports itself not ready, before it stops accepting.
+    pub shutdown_grace: Duration,
+    /// How long shutdown then waits for in-flight requests.
     pub grace_period: Duration,
 }
 
@@ -55,6 +58,7 @@ impl Default for ServerLimits {
             header_read_timeout: Duration::from_secs(10),
             max_header_bytes: 4 * MAX_HEAD_BYTES,
             max_headers: 64,
+            shutdown_grace: Duration::ZERO,
             grace_period: Duration::from_secs(10),
         }
     }

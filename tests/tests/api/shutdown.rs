@@ -1,0 +1,196 @@
+//! Restarts without refusals: on SIGTERM `serve` answers 503 on `/readyz` at once and keeps
+//! accepting and serving for its shutdown grace, then stops accepting and finishes what is
+//! in flight. A load balancer that routes by readiness therefore moves traffic away before
+//! any connection is refused.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lectern_api::keys::Scope;
+use lectern_tests::seed::create_key;
+use lectern_tests::TestDatabase;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::operations::Serve;
+
+/// How often the balancer asks each process's `/readyz`, as a load balancer would.
+const READINESS_EVERY: Duration = Duration::from_millis(100);
+/// Each process's grace: well above the balancer's interval.
+const GRACE_MS: &str = "1500";
+/// Rate limits out of reach: this client sends hundreds of requests a second.
+const NO_LIMITS: [(&str, &str); 2] =
+    [("LECTERN_RATE_LIMIT_PER_MINUTE", "60000000"), ("LECTERN_RATE_LIMIT_BURST", "1000000")];
+
+/// What the client saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Answered with 200, per process.
+    served: [u64; 2],
+    /// Connections refused (each then retried on the other process).
+    refused: Vec<String>,
+    /// Anything else: a failed retry, another failure, a status other than 200.
+    errors: Vec<String>,
+}
+
+/// A load balancer and its client in one: each request goes to a process whose `/readyz`
+/// answered 200 at its last check, taking turns; a refused connection is retried once on
+/// the other process.
+struct Balancer {
+    ready: Arc<[AtomicBool; 2]>,
+    stop: CancellationToken,
+    checker: JoinHandle<()>,
+    client: JoinHandle<Seen>,
+}
+
+impl Balancer {
+    fn start(addresses: [String; 2], key: String) -> Self {
+        let ready = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+        let stop = CancellationToken::new();
+        // Idle connections expire before a stopping process closes them, as a load
+        // balancer's would; the test is about refusals, not about reusing a closed socket.
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_millis(300))
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("an HTTP client");
+        let checker = tokio::spawn(check_readiness(http.clone(), addresses.clone(), ready.clone(), stop.clone()));
+        let client = tokio::spawn(send_requests(http, addresses, key, ready.clone(), stop.clone()));
+        Self { ready, stop, checker, client }
+    }
+
+    async fn wait_until_ready(&self, index: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !self.ready[index].load(Ordering::Acquire) {
+            assert!(tokio::time::Instant::now() < deadline, "process {index} never became ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(self) -> Seen {
+        self.stop.cancel();
+        self.checker.await.expect("the readiness checker");
+        self.client.await.expect("the client")
+    }
+}
+
+async fn check_readiness(
+    http: reqwest::Client,
+    addresses: [String; 2],
+    ready: Arc<[AtomicBool; 2]>,
+    stop: CancellationToken,
+) {
+    while !stop.is_cancelled() {
+        for (index, address) in addresses.iter().enumerate() {
+            let answer = http.get(format!("http://{address}/readyz")).timeout(READINESS_EVERY * 2).send().await;
+            ready[index].store(answer.is_ok_and(|answer| answer.status() == 200), Ordering::Release);
+        }
+        tokio::time::sleep(READINESS_EVERY).await;
+    }
+}
+
+async fn send_requests(
+    http: reqwest::Client,
+    addresses: [String; 2],
+    key: String,
+    ready: Arc<[AtomicBool; 2]>,
+    stop: CancellationToken,
+) -> Seen {
+    let mut seen = Seen::default();
+    let mut turn = 0;
+    while !stop.is_cancelled() {
+        turn = (turn + 1) % 2;
+        let Some(target) = [turn, 1 - turn].into_iter().find(|index| ready[*index].load(Ordering::Acquire)) else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        let send = |index: usize| {
+            http.get(format!("http://{}/v1/contacts", addresses[index])).header("X-API-Key", &key).send()
+        };
+        let (index, answer) = match send(target).await {
+            Err(error) if error.is_connect() => {
+                seen.refused.push(format!("process {target}: {error}"));
+                (1 - target, send(1 - target).await)
+            }
+            answer => (target, answer),
+        };
+        match answer {
+            Ok(answer) if answer.status() == 200 => seen.served[index] += 1,
+            Ok(answer) => seen.errors.push(format!("process {index}: status {}", answer.status())),
+            Err(error) => seen.errors.push(format!("process {index}: {error}")),
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_rolling_restart_of_two_processes_refuses_no_connection_and_fails_no_request() {
+    let db = TestDatabase::create().await;
+    let (_, key) = create_key(&db.pool, Uuid::new_v4(), &[Scope::ContactsRead]).await;
+    let settings = [("LECTERN_SHUTDOWN_GRACE_MS", GRACE_MS), NO_LIMITS[0], NO_LIMITS[1]];
+    let mut processes = [Some(Serve::start(&db, &settings).await), Some(Serve::start(&db, &settings).await)];
+    let addresses = processes.each_ref().map(|process| process.as_ref().expect("started").api.clone());
+    let balancer = Balancer::start(addresses.clone(), key);
+    balancer.wait_until_ready(0).await;
+    balancer.wait_until_ready(1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    for index in 0..2 {
+        let stopping = processes[index].take().expect("running");
+        stopping.stop().await;
+        let listen = [("LECTERN_LISTEN", addresses[index].as_str())];
+        processes[index] = Some(Serve::start(&db, &[settings.as_slice(), listen.as_slice()].concat()).await);
+        balancer.wait_until_ready(index).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let seen = balancer.stop().await;
+
+    assert!(seen.refused.is_empty(), "connections refused during the rolling restart: {:?}", seen.refused);
+    assert!(seen.errors.is_empty(), "requests failed during the rolling restart: {:?}", seen.errors);
+    assert!(seen.served.iter().all(|served| *served > 50), "a process served (almost) nothing: {:?}", seen.served);
+}
+
+#[tokio::test]
+async fn after_sigterm_both_listeners_say_not_ready_while_requests_are_still_served_then_it_exits() {
+    let db = TestDatabase::create().await;
+    let (_, key) = create_key(&db.pool, Uuid::new_v4(), &[Scope::ContactsRead]).await;
+    let serve = Serve::start(&db, &[("LECTERN_SHUTDOWN_GRACE_MS", "3000")]).await;
+    let http = reqwest::Client::new();
+    let status = |url: String| {
+        let request = http.get(url).header("X-API-Key", key.as_str());
+        async move { request.send().await.map(|answer| answer.status().as_u16()) }
+    };
+    assert_eq!(status(serve.operations_url("/readyz")).await.ok(), Some(200));
+
+    let stopped_at = tokio::time::Instant::now();
+    serve.signal_stop();
+    let deadline = stopped_at + Duration::from_secs(2);
+    // Asked within the grace: not ready on either listener, and still serving, on
+    // connections made after the signal.
+    loop {
+        let answers = (
+            status(serve.operations_url("/readyz")).await.ok(),
+            status(serve.api_url("/readyz")).await.ok(),
+            status(serve.api_url("/v1/contacts")).await.ok(),
+        );
+        if answers == (Some(503), Some(503), Some(200)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "within the grace after SIGTERM: {answers:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ready = http.get(serve.api_url("/readyz")).send().await.expect("readyz within the grace");
+    let body: serde_json::Value = ready.json().await.expect("readyz's JSON");
+    assert!(body.to_string().contains("shutting down"), "readiness does not say why: {body}");
+
+    let ended = serve.ended().await;
+    assert!(stopped_at.elapsed() >= Duration::from_millis(2_900), "it stopped before its grace ended");
+    assert!(
+        ended.stderr.contains("still serving until the grace period ends"),
+        "no log line for the grace:\n{}",
+        ended.stderr
+    );
+}
