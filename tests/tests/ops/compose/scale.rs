@@ -575,7 +575,10 @@ fn both_scale_apis_read_from_the_replica() {
 fn the_scale_apis_run_as_the_default_api_does_but_for_their_databases() {
     let compose = compose();
     let api = compose.service("api");
-    let databases = ["DATABASE_URL", "LECTERN_READ_DATABASE_URL", "LECTERN_MAX_REPLICA_LAG_MS"];
+    // Beside their databases, only the shutdown grace differs: the single `api` has no
+    // balancer in front and stops at once; the scaled ones keep the default grace.
+    let databases =
+        ["DATABASE_URL", "LECTERN_READ_DATABASE_URL", "LECTERN_MAX_REPLICA_LAG_MS", "LECTERN_SHUTDOWN_GRACE_MS"];
     let settings = |service: &Service<'_>| {
         let mut environment = service.environment();
         environment.retain(|name, _| !databases.contains(&name.as_str()));
