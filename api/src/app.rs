@@ -23,6 +23,7 @@ use crate::reads::notifications::{self, ListenerHealth};
 use crate::reads::replicas::{Reads, ReplicaTarget};
 use crate::reads::PoolSettings;
 use crate::retrieve::Retrieves;
+use crate::signing::SigningSecrets;
 
 /// Everything a request needs.
 pub struct AppState {
@@ -55,8 +56,10 @@ pub struct AppSettings {
     pub pepper: Pepper,
     /// Which keys this deployment serves.
     pub environment: Environment,
-    /// What signs cursors, and how long they stay valid.
+    /// What signs cursors and sync tokens, and how long cursors stay valid.
     pub cursor_secret: SecretString,
+    /// Retired cursor secrets whose cursors and sync tokens still open.
+    pub previous_cursor_secrets: Vec<SecretString>,
     pub cursor_lifetime: Duration,
     /// Each key's bucket.
     pub per_key: Policy,
@@ -80,13 +83,10 @@ impl AppState {
         let reads = Reads::new(primary, replicas, settings.max_replica_lag);
         let authenticator = Arc::new(Authenticator::new(pool.clone(), settings.pepper, settings.environment));
         let shutdown = CancellationToken::new();
-        let tokens = SyncTokens::new(settings.cursor_secret.clone());
+        let signing = SigningSecrets::new(settings.cursor_secret, settings.previous_cursor_secrets);
+        let tokens = SyncTokens::new(signing.clone());
         Self {
-            listing: Listing::new(
-                reads.clone(),
-                CursorSigner::new(settings.cursor_secret, settings.cursor_lifetime),
-                settings.walks,
-            ),
+            listing: Listing::new(reads.clone(), CursorSigner::new(signing, settings.cursor_lifetime), settings.walks),
             feeds: Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), shutdown.clone()),
             retrieves: Retrieves::new(&pool, &reads),
             rate_limits: RateLimits::new(settings.per_key, settings.lookups_per_address),

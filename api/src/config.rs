@@ -147,6 +147,17 @@ pub struct SecretArgs {
     /// Sync tokens never expire: keep it for good.
     #[arg(long, env = "LECTERN_CURSOR_SECRET", value_parser = secret, hide_env_values = true)]
     pub cursor_secret: Option<SecretString>,
+    /// Cursor secrets being rotated out (comma-separated in the variable): cursors and sync
+    /// tokens signed with any of them are still accepted; every new one is signed with
+    /// --cursor-secret. Keep a retired secret here as long as integrations may hold its tokens.
+    #[arg(
+        long = "previous-cursor-secrets",
+        env = "LECTERN_PREVIOUS_CURSOR_SECRETS",
+        value_parser = secret,
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub previous_cursor_secrets: Vec<SecretString>,
     /// Production mode: refuse to start without real secrets (set LECTERN_PRODUCTION=1).
     #[arg(long, env = "LECTERN_PRODUCTION", value_parser = clap::builder::BoolishValueParser::new())]
     pub production: bool,
@@ -156,6 +167,18 @@ impl SecretArgs {
     pub fn pepper(&self) -> Result<Pepper, CommandError> {
         resolve(self.key_pepper.as_ref(), "--key-pepper/LECTERN_KEY_PEPPER", DEV_KEY_PEPPER, self.production)
             .map(Pepper::new)
+    }
+
+    /// The retired cursor secrets whose cursors and tokens still open; each held to the
+    /// current secret's rules.
+    pub fn previous_cursor_secrets(&self) -> Result<Vec<SecretString>, CommandError> {
+        let setting = "--previous-cursor-secrets/LECTERN_PREVIOUS_CURSOR_SECRETS";
+        self.previous_cursor_secrets
+            .iter()
+            // An empty variable lists none.
+            .filter(|previous| !previous.expose_secret().is_empty())
+            .map(|previous| resolve(Some(previous), setting, DEV_CURSOR_SECRET, self.production))
+            .collect()
     }
 
     pub fn cursor_secret(&self) -> Result<SecretString, CommandError> {
@@ -282,6 +305,7 @@ impl ServeArgs {
             pepper: self.secrets.pepper()?,
             environment: self.environment,
             cursor_secret: self.secrets.cursor_secret()?,
+            previous_cursor_secrets: self.secrets.previous_cursor_secrets()?,
             cursor_lifetime: Duration::from_secs(self.cursor_lifetime_secs),
             per_key: self.rate_limits.per_key(),
             lookups_per_address: self.rate_limits.lookups_per_address(),

@@ -1,14 +1,51 @@
-//! The one way cursors and sync tokens are signed: HMAC-SHA256 under the cursor secret,
-//! over the scope a token is bound to and the bytes it carries.
+//! The one way cursors and sync tokens are signed: HMAC-SHA256 over the scope a token is
+//! bound to and the bytes it carries, under the cursor secret. Every new one is signed
+//! with the current secret; one signed with a previous secret still opens, so that the
+//! secret can be rotated without breaking the cursors and tokens clients hold.
 
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::Sha256;
 
+/// Bytes of a tag.
+pub const TAG_LEN: usize = 32;
+
+/// The secrets tags are made and checked with.
+#[derive(Clone)]
+pub struct SigningSecrets {
+    current: SecretString,
+    /// Retired secrets whose tags still verify, newest first.
+    previous: Vec<SecretString>,
+}
+
+impl SigningSecrets {
+    pub fn new(current: SecretString, previous: Vec<SecretString>) -> Self {
+        Self { current, previous }
+    }
+
+    /// Only `current`: nothing signed with another secret opens.
+    pub fn only(current: SecretString) -> Self {
+        Self::new(current, Vec::new())
+    }
+
+    /// The tag of `body` in the scope `fields` name, under the current secret.
+    pub fn tag(&self, fields: &[&[u8]], body: &[u8]) -> [u8; TAG_LEN] {
+        scoped_mac(&self.current, fields, body).finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is `body`'s in the scope `fields` name, under the current secret or a
+    /// previous one (each compared in constant time).
+    pub fn verifies(&self, fields: &[&[u8]], body: &[u8], tag: &[u8]) -> bool {
+        std::iter::once(&self.current)
+            .chain(&self.previous)
+            .any(|secret| scoped_mac(secret, fields, body).verify_slice(tag).is_ok())
+    }
+}
+
 /// HMAC-SHA256 under `secret` over `fields`, each length-prefixed so that no two
 /// different scopes share an encoding, then `body`. Cursors and sync tokens both sign
 /// with it, each scope starting with a label of its own.
-pub fn scoped_mac(secret: &SecretString, fields: &[&[u8]], body: &[u8]) -> Hmac<Sha256> {
+fn scoped_mac(secret: &SecretString, fields: &[&[u8]], body: &[u8]) -> Hmac<Sha256> {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.expose_secret().as_bytes())
         .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
     for field in fields {
@@ -17,4 +54,26 @@ pub fn scoped_mac(secret: &SecretString, fields: &[&[u8]], body: &[u8]) -> Hmac<
     }
     mac.update(body);
     mac
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(text: &str) -> SecretString {
+        SecretString::from(text.to_owned())
+    }
+
+    #[test]
+    fn a_tag_of_a_previous_secret_verifies_and_new_tags_use_the_current_one() {
+        let fields: [&[u8]; 1] = [b"scope"];
+        let old = SigningSecrets::only(secret("old secret"));
+        let rotated = SigningSecrets::new(secret("new secret"), vec![secret("old secret")]);
+        let old_tag = old.tag(&fields, b"body");
+        assert!(rotated.verifies(&fields, b"body", &old_tag), "a tag of the previous secret was refused");
+        let new_tag = rotated.tag(&fields, b"body");
+        assert_ne!(new_tag, old_tag, "a new tag was made with the previous secret");
+        assert!(SigningSecrets::only(secret("new secret")).verifies(&fields, b"body", &new_tag));
+        assert!(!SigningSecrets::only(secret("new secret")).verifies(&fields, b"body", &old_tag), "retired for good");
+    }
 }

@@ -13,6 +13,7 @@ use lectern_api::listing::cursor::{CursorScope, CursorSigner};
 use lectern_api::listing::{Position, SortKey};
 use lectern_api::resources::contacts::{ContactType, Contacts};
 use lectern_api::resources::Resource;
+use lectern_api::signing::SigningSecrets;
 use secrecy::{ExposeSecret, SecretString};
 use uuid::Uuid;
 
@@ -198,7 +199,10 @@ pub async fn traverse(api: &Api, key: &str, workspace: Uuid) -> Result<Traversal
     }
     let elapsed = started.elapsed();
     let deep_cursor = cursors.get(cursors.len() * 3 / 4).cloned().ok_or("the workspace has a single page")?;
-    let signer = CursorSigner::new(SecretString::from(CURSOR_SECRET.to_owned()), Duration::from_secs(86_400));
+    let signer = CursorSigner::new(
+        SigningSecrets::only(SecretString::from(CURSOR_SECRET.to_owned())),
+        Duration::from_secs(86_400),
+    );
     let scope = CursorScope {
         resource: Contacts::NAME,
         workspace_id: workspace,

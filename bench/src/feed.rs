@@ -20,6 +20,7 @@ use lectern_api::metric_names::FEED_READ_AHEAD;
 use lectern_api::reads::connections::PlanMode;
 use lectern_api::resources::contacts::Contacts;
 use lectern_api::resources::Resource;
+use lectern_api::signing::SigningSecrets;
 use lectern_projector::daemon::workspace_indexes::OwnIndexSettings;
 use secrecy::SecretString;
 use uuid::Uuid;
@@ -109,7 +110,7 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     eprintln!("[5/6] API: an empty poll under wrk, then pgbench running the feed's statement");
     let client = reqwest::Client::new();
     let latest = poll(&client, &api.base, &key, "since=latest").await?;
-    let tokens = SyncTokens::new(SecretString::from(CURSOR_SECRET.to_owned()));
+    let tokens = SyncTokens::new(SigningSecrets::only(SecretString::from(CURSOR_SECRET.to_owned())));
     let scope = FeedScope { resource: Contacts::NAME, workspace_id: big };
     let position = tokens.open(&latest.sync_token, scope).map_err(|error| format!("the latest token {error}"))?;
     let scenario = empty_poll(&key, &latest.sync_token, big, position)?;

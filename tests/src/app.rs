@@ -49,6 +49,10 @@ pub struct AppOptions {
     pub replicas: Vec<lectern_api::reads::replicas::ReplicaTarget>,
     /// How far behind a replica may be and still serve.
     pub max_replica_lag: Duration,
+    /// What signs cursors and sync tokens ([`TEST_CURSOR_SECRET`] by default).
+    pub cursor_secret: String,
+    /// Retired cursor secrets whose cursors and tokens still open.
+    pub previous_cursor_secrets: Vec<String>,
 }
 
 impl AppOptions {
@@ -67,7 +71,8 @@ impl AppOptions {
             },
             pepper: test_pepper(),
             environment: self.environment,
-            cursor_secret: SecretString::from(TEST_CURSOR_SECRET.to_owned()),
+            cursor_secret: SecretString::from(self.cursor_secret.clone()),
+            previous_cursor_secrets: self.previous_cursor_secrets.iter().cloned().map(SecretString::from).collect(),
             cursor_lifetime: self.cursor_lifetime,
             per_key: self.per_key,
             lookups_per_address: self.lookups_per_address,
@@ -95,6 +100,8 @@ impl Default for AppOptions {
             connections_per_workspace: None,
             replicas: Vec::new(),
             max_replica_lag: Duration::from_secs(5),
+            cursor_secret: TEST_CURSOR_SECRET.to_owned(),
+            previous_cursor_secrets: Vec::new(),
         }
     }
 }

@@ -16,14 +16,11 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
-use secrecy::SecretString;
-use sha2::Sha256;
 use uuid::Uuid;
 
 use super::position::FeedPosition;
 use crate::reads::replicas::WalPosition;
-use crate::signing::scoped_mac;
+use crate::signing::{SigningSecrets, TAG_LEN};
 
 /// The format's version, first byte of every token.
 const VERSION: u8 = 3;
@@ -31,7 +28,6 @@ const VERSION: u8 = 3;
 const UNREAD_VERSION: u8 = 2;
 /// The first format's version: a counter's position, which no longer orders the feed.
 const COUNTER_VERSION: u8 = 1;
-const TAG_LEN: usize = 32;
 /// version, transaction, record id.
 const UNREAD_BODY_LEN: usize = 1 + 8 + 16;
 /// The same, then the WAL position.
@@ -59,7 +55,8 @@ pub enum TokenError {
     Malformed,
     #[error(
         "does not belong to this feed (sync tokens are bound to the key's workspace and to the operation, and \
-         cannot be altered); pass a `syncToken` of this operation unchanged, or start over without `since`"
+         cannot be altered), or was signed with a secret this server has retired; pass a `syncToken` of this \
+         operation unchanged, or start over without `since`"
     )]
     Mismatch,
 }
@@ -67,12 +64,12 @@ pub enum TokenError {
 /// Issues and opens sync tokens under the server's cursor secret.
 #[derive(Clone)]
 pub struct SyncTokens {
-    secret: SecretString,
+    secrets: SigningSecrets,
 }
 
 impl SyncTokens {
-    pub fn new(secret: SecretString) -> Self {
-        Self { secret }
+    pub fn new(secrets: SigningSecrets) -> Self {
+        Self { secrets }
     }
 
     /// The token of `position` in `scope`'s feed, read at the start of the WAL.
@@ -91,7 +88,7 @@ impl SyncTokens {
         if read_at != 0 {
             bytes.extend_from_slice(&read_at.to_be_bytes());
         }
-        let tag: [u8; TAG_LEN] = self.mac(scope, &bytes).finalize().into_bytes().into();
+        let tag = self.secrets.tag(&scope_fields(&scope), &bytes);
         bytes.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(bytes)
     }
@@ -118,7 +115,9 @@ impl SyncTokens {
             return Err(TokenError::Malformed);
         }
         let (body, tag) = bytes.split_at(body_len);
-        self.mac(scope, body).verify_slice(tag).map_err(|_| TokenError::Mismatch)?;
+        if !self.secrets.verifies(&scope_fields(&scope), body, tag) {
+            return Err(TokenError::Mismatch);
+        }
         if body_len == COUNTER_BODY_LEN {
             return Ok((FeedPosition::START, 0));
         }
@@ -134,18 +133,21 @@ impl SyncTokens {
         }
         Ok((FeedPosition { transaction, id }, read_at))
     }
+}
 
-    fn mac(&self, scope: FeedScope, body: &[u8]) -> Hmac<Sha256> {
-        scoped_mac(&self.secret, &[LABEL, scope.resource.as_bytes(), scope.workspace_id.as_bytes()], body)
-    }
+/// What a token's tag covers besides its bytes: its label, the feed and the workspace.
+fn scope_fields(scope: &FeedScope) -> [&[u8]; 3] {
+    [LABEL, scope.resource.as_bytes(), scope.workspace_id.as_bytes()]
 }
 
 #[cfg(test)]
 mod tests {
+    use secrecy::SecretString;
+
     use super::*;
 
     fn tokens() -> SyncTokens {
-        SyncTokens::new(SecretString::from("cursor secret".to_owned()))
+        SyncTokens::new(SigningSecrets::only(SecretString::from("cursor secret".to_owned())))
     }
 
     fn scope(workspace_id: Uuid) -> FeedScope {
@@ -186,7 +188,7 @@ mod tests {
             tokens().open(&token, FeedScope { resource: "items", workspace_id: workspace }),
             Err(TokenError::Mismatch)
         );
-        let other = SyncTokens::new(SecretString::from("another secret".to_owned()));
+        let other = SyncTokens::new(SigningSecrets::only(SecretString::from("another secret".to_owned())));
         assert_eq!(other.open(&token, scope(workspace)), Err(TokenError::Mismatch));
     }
 
@@ -195,8 +197,10 @@ mod tests {
         use crate::listing::cursor::{CursorScope, CursorSigner};
         use crate::listing::{Position, SortKey};
         let workspace = Uuid::new_v4();
-        let cursors =
-            CursorSigner::new(SecretString::from("cursor secret".to_owned()), std::time::Duration::from_secs(60));
+        let cursors = CursorSigner::new(
+            SigningSecrets::only(SecretString::from("cursor secret".to_owned())),
+            std::time::Duration::from_secs(60),
+        );
         let cursor_scope = CursorScope {
             resource: "contacts",
             workspace_id: workspace,
@@ -213,7 +217,7 @@ mod tests {
         let workspace = Uuid::new_v4();
         let mut bytes = vec![COUNTER_VERSION];
         bytes.extend_from_slice(&200_000_i64.to_be_bytes());
-        let tag: [u8; TAG_LEN] = tokens().mac(scope(workspace), &bytes).finalize().into_bytes().into();
+        let tag = tokens().secrets.tag(&scope_fields(&scope(workspace)), &bytes);
         bytes.extend_from_slice(&tag);
         let token = URL_SAFE_NO_PAD.encode(&bytes);
         assert_eq!(tokens().open(&token, scope(workspace)), Ok(FeedPosition::START));
@@ -253,7 +257,7 @@ mod tests {
         let mut bytes = vec![UNREAD_VERSION];
         bytes.extend_from_slice(&position.transaction.to_be_bytes());
         bytes.extend_from_slice(position.id.as_bytes());
-        let tag: [u8; TAG_LEN] = tokens().mac(scope(workspace), &bytes).finalize().into_bytes().into();
+        let tag = tokens().secrets.tag(&scope_fields(&scope(workspace)), &bytes);
         bytes.extend_from_slice(&tag);
         let token = URL_SAFE_NO_PAD.encode(&bytes);
         assert_eq!(tokens().open_read_at(&token, scope(workspace)), Ok((position, 0)));

@@ -14,21 +14,17 @@ use std::time::Duration;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
-use secrecy::SecretString;
-use sha2::Sha256;
 use uuid::Uuid;
 
 use super::params::SortKey;
 use super::request::Position;
-use crate::signing::scoped_mac;
+use crate::signing::{SigningSecrets, TAG_LEN};
 
 use crate::reads::replicas::WalPosition;
 
 const VERSION: u8 = 2;
 /// The first format's version: no read position.
 const UNPOSITIONED_VERSION: u8 = 1;
-const TAG_LEN: usize = 32;
 /// version, issued-at seconds, sort, id.
 const UNPOSITIONED_HEADER_LEN: usize = 1 + 8 + 1 + 16;
 /// The same, then the read position.
@@ -51,7 +47,8 @@ pub enum CursorError {
     Malformed,
     #[error(
         "does not belong to this query (cursors are bound to the key's workspace, the search, \
-         the type and the sort, and cannot be altered); start a new traversal without `cursor`"
+         the type and the sort, and cannot be altered), or was signed with a secret this server \
+         has retired; start a new traversal without `cursor`"
     )]
     Mismatch,
     #[error("has expired; start a new traversal without `cursor`")]
@@ -61,13 +58,13 @@ pub enum CursorError {
 /// Issues and opens cursors under the server's cursor secret.
 #[derive(Clone)]
 pub struct CursorSigner {
-    secret: SecretString,
+    secrets: SigningSecrets,
     lifetime: Duration,
 }
 
 impl CursorSigner {
-    pub fn new(secret: SecretString, lifetime: Duration) -> Self {
-        Self { secret, lifetime }
+    pub fn new(secrets: SigningSecrets, lifetime: Duration) -> Self {
+        Self { secrets, lifetime }
     }
 
     /// A cursor after `position`, read at the start of the WAL (no replica is too old for it).
@@ -135,7 +132,9 @@ impl CursorSigner {
             return Err(CursorError::Malformed);
         }
         let (body, tag) = bytes.split_at(bytes.len() - TAG_LEN);
-        self.mac(scope, body).verify_slice(tag).map_err(|_| CursorError::Mismatch)?;
+        if !self.secrets.verifies(&scope_fields(scope), body, tag) {
+            return Err(CursorError::Mismatch);
+        }
 
         // Authentic from here on: the bytes are exactly what this server wrote.
         let issued = i64::from_be_bytes(body[1..9].try_into().map_err(|_| CursorError::Malformed)?);
@@ -173,28 +172,33 @@ impl CursorSigner {
     }
 
     fn tag(&self, scope: &CursorScope<'_>, body: &[u8]) -> [u8; TAG_LEN] {
-        self.mac(scope, body).finalize().into_bytes().into()
+        self.secrets.tag(&scope_fields(scope), body)
     }
+}
 
-    fn mac(&self, scope: &CursorScope<'_>, body: &[u8]) -> Hmac<Sha256> {
-        let fields = [
-            b"lectern-cursor".as_slice(),
-            scope.resource.as_bytes(),
-            scope.workspace_id.as_bytes(),
-            scope.kind.as_bytes(),
-            scope.search.map_or(b"\x00none".as_slice(), str::as_bytes),
-            scope.sort.as_str().as_bytes(),
-        ];
-        scoped_mac(&self.secret, &fields, body)
-    }
+/// What a cursor's tag covers besides its bytes: its label and everything it is bound to.
+fn scope_fields<'a>(scope: &'a CursorScope<'a>) -> [&'a [u8]; 6] {
+    [
+        b"lectern-cursor".as_slice(),
+        scope.resource.as_bytes(),
+        scope.workspace_id.as_bytes(),
+        scope.kind.as_bytes(),
+        scope.search.map_or(b"\x00none".as_slice(), str::as_bytes),
+        scope.sort.as_str().as_bytes(),
+    ]
 }
 
 #[cfg(test)]
 mod tests {
+    use secrecy::SecretString;
+
     use super::*;
 
     fn signer() -> CursorSigner {
-        CursorSigner::new(SecretString::from("cursor secret".to_owned()), Duration::from_secs(86_400))
+        CursorSigner::new(
+            SigningSecrets::only(SecretString::from("cursor secret".to_owned())),
+            Duration::from_secs(86_400),
+        )
     }
 
     fn scope(workspace_id: Uuid) -> CursorScope<'static> {
@@ -254,7 +258,10 @@ mod tests {
     fn another_secret_cannot_open_it() {
         let workspace = Uuid::new_v4();
         let token = signer().issue(&scope(workspace), &position());
-        let other = CursorSigner::new(SecretString::from("other".to_owned()), Duration::from_secs(86_400));
+        let other = CursorSigner::new(
+            SigningSecrets::only(SecretString::from("other".to_owned())),
+            Duration::from_secs(86_400),
+        );
         assert_eq!(other.open(&token, &scope(workspace)), Err(CursorError::Mismatch));
     }
 

@@ -457,6 +457,27 @@ async fn production_mode_refuses_a_key_pepper_shorter_than_32_bytes() {
 }
 
 #[tokio::test]
+async fn production_mode_holds_every_previous_cursor_secret_to_the_current_ones_rules() {
+    let db = TestDatabase::create().await;
+    let previous = format!("{LONG_SECRET},short previous");
+
+    let run = run(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("DATABASE_URL", &db.url),
+            ("LECTERN_PRODUCTION", "1"),
+            ("LECTERN_KEY_PEPPER", LONG_SECRET),
+            ("LECTERN_CURSOR_SECRET", LONG_SECRET),
+            ("LECTERN_PREVIOUS_CURSOR_SECRETS", &previous),
+        ],
+    )
+    .await;
+
+    run.assert_one_line_error(None, &["LECTERN_PREVIOUS_CURSOR_SECRETS", "32"]);
+    assert!(!run.stderr.contains("short previous"), "the secret is echoed: {}", run.stderr);
+}
+
+#[tokio::test]
 async fn a_listen_flag_that_is_not_an_address_is_exit_2_naming_listen() {
     let db = TestDatabase::create().await;
 

@@ -28,6 +28,7 @@ mod plans;
 mod rate_limits;
 mod resources;
 mod retrieve;
+mod rotation;
 mod roundtrips;
 mod search;
 mod shutdown;

@@ -13,6 +13,7 @@ use base64::Engine;
 use chrono::DateTime;
 use lectern_api::listing::cursor::{CursorError, CursorScope, CursorSigner};
 use lectern_api::listing::{Position, SortKey};
+use lectern_api::signing::SigningSecrets;
 use lectern_tests::app::TEST_CURSOR_SECRET;
 use lectern_tests::ContactSeed;
 use proptest::prelude::*;
@@ -29,7 +30,7 @@ use crate::world::{
 const DAY: Duration = Duration::from_secs(86_400);
 
 fn signer() -> CursorSigner {
-    CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), DAY)
+    CursorSigner::new(SigningSecrets::only(SecretString::from(TEST_CURSOR_SECRET.to_owned())), DAY)
 }
 
 /// What a cursor is bound to, owned, so strategies can make them.
@@ -335,7 +336,7 @@ proptest! {
         secret in any::<String>(),
     ) {
         prop_assume!(secret != TEST_CURSOR_SECRET);
-        let theirs = CursorSigner::new(SecretString::from(secret), DAY);
+        let theirs = CursorSigner::new(SigningSecrets::only(SecretString::from(secret)), DAY);
         let token = theirs.issue(&scope.as_scope(), &position);
 
         let error = assert_refused(signer().open(&token, &scope.as_scope()), "another secret");
@@ -360,7 +361,8 @@ fn cursors_past_their_lifetime_are_refused_as_expired_and_alterations_stay_refus
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1_100));
-    let expired = CursorSigner::new(SecretString::from(TEST_CURSOR_SECRET.to_owned()), Duration::ZERO);
+    let expired =
+        CursorSigner::new(SigningSecrets::only(SecretString::from(TEST_CURSOR_SECRET.to_owned())), Duration::ZERO);
 
     for (index, token) in tokens.iter().enumerate() {
         assert!(signer().open(token, &scope.as_scope()).is_ok(), "token {index} is still fresh for a day");
@@ -485,7 +487,7 @@ proptest! {
             }
             Hostile::OtherSecret(secret, at) => {
                 prop_assume!(secret != TEST_CURSOR_SECRET);
-                let theirs = CursorSigner::new(SecretString::from(secret.clone()), DAY);
+                let theirs = CursorSigner::new(SigningSecrets::only(SecretString::from(secret.clone())), DAY);
                 (theirs.issue(&bound.as_scope(), at), false)
             }
             Hostile::Neighbours(at) => {
