@@ -14,7 +14,7 @@ use poem_openapi::SecurityScheme;
 use super::caller;
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::keys::{Principal, Scope};
+use crate::keys::{ParsedKey, Principal, Scope};
 
 /// The header the key travels in.
 const KEY_HEADER: &str = "x-api-key";
@@ -61,7 +61,17 @@ async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Re
             state.rate_limits.count_failed_lookup(address);
         }
     };
-    let principal = state.authenticator.authenticate(presented, limit_lookups, count_failure).await?;
+    let principal = match state.authenticator.authenticate(presented, limit_lookups, count_failure).await {
+        Ok(principal) => principal,
+        Err(refused) => {
+            // The request's log line names the refused key by its public id (never its
+            // secret), so an operator can tell which integration is locked out.
+            if let Ok(key) = ParsedKey::parse(presented) {
+                caller::record(|caller| caller.key_id = Some(key.key_id));
+            }
+            return Err(refused.into());
+        }
+    };
     let standing = state.rate_limits.check_key(&principal.key_id);
     caller::record(|caller| {
         caller.key_id = Some(principal.key_id.clone());

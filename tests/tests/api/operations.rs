@@ -601,12 +601,12 @@ async fn serve_readiness_names_postgresql_as_the_problem_when_it_is_unreachable(
 }
 
 #[tokio::test]
-async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_key_id_never_the_key() {
+async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_key_id_refused_or_not_never_the_key() {
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
     let (key_id, key) = create_key(&db.pool, workspace, &[Scope::ContactsRead]).await;
-    let (_, unknown_key) = {
-        // A well-formed key nobody issued: refused, and never logged either.
+    let (unknown_key_id, unknown_key) = {
+        // A well-formed key nobody issued: refused, and logged by its id only.
         let other = TestDatabase::create().await;
         create_key(&other.pool, workspace, &[Scope::ContactsRead]).await
     };
@@ -653,6 +653,7 @@ async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_
     assert_eq!(field(&listed, "route"), "/v1/contacts");
     assert_eq!(field(&listed, "key_id"), key_id.as_str());
     assert_eq!(field(&refused, "status"), 401);
+    assert_eq!(field(&refused, "key_id"), unknown_key_id.as_str(), "a refused key's log line names its id");
     assert_eq!(field(&anonymous, "route"), "/v1/items");
     assert_eq!(field(&anonymous, "status"), 401);
     assert_eq!(field(&anonymous, "key_id"), "-");
