@@ -28,6 +28,10 @@ pub enum ProjectorError {
     /// A command was given something it cannot use.
     #[error("{0}")]
     Usage(String),
+    /// `dead-letters retry` left letters that still break the contract: a script or an
+    /// operator must not read its success as "nothing left to fix".
+    #[error("{0} dead letter(s) still break the contract; correct the events upstream and publish them again")]
+    DeadLettersStillFail(usize),
     /// A listen address could not be bound.
     #[error("{setting} {address}: {source}")]
     Listen {

@@ -31,7 +31,8 @@ pub async fn list(pool: &PgPool, output: Output) -> Result<(), ProjectorError> {
     }
 }
 
-/// Applies again the dead letter `id` (or `all`) that now passes the contract.
+/// Applies again the dead letter `id` (or `all`) that now passes the contract; fails
+/// (after listing them) while any still breaks it.
 pub async fn retry(pool: &PgPool, id: Option<i64>, all: bool) -> Result<(), ProjectorError> {
     let outcome = dead_letters::retry(pool, if all { None } else { id }).await?;
     if !all && outcome.applied.is_empty() && outcome.still_failing.is_empty() {
@@ -41,5 +42,9 @@ pub async fn retry(pool: &PgPool, id: Option<i64>, all: bool) -> Result<(), Proj
     for (id, reason) in &outcome.still_failing {
         text.push_str(&format!("\n{id} still fails: {}", printable(reason)));
     }
-    write_stdout(&format!("{text}\n"))
+    write_stdout(&format!("{text}\n"))?;
+    match outcome.still_failing.len() {
+        0 => Ok(()),
+        failing => Err(ProjectorError::DeadLettersStillFail(failing)),
+    }
 }

@@ -351,7 +351,7 @@ async fn still_broken_dead_letter(client: &async_nats::Client, pool: &PgPool) ->
 }
 
 #[tokio::test]
-async fn retry_keeps_a_dead_letter_that_still_breaks_the_contract() {
+async fn retry_keeps_a_dead_letter_that_still_breaks_the_contract_and_exits_1() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
@@ -359,7 +359,8 @@ async fn retry_keeps_a_dead_letter_that_still_breaks_the_contract() {
 
     let run = dead_letters_cli(&db, &["retry", &id.to_string()]).await;
 
-    run.assert_success();
+    assert_eq!(run.code, Some(1), "a retry that leaves a letter failing must not exit 0: {run:#?}");
+    assert!(run.stderr.contains("still break the contract"), "{run:#?}");
     assert!(run.stdout.contains(&format!("{id} still fails")), "{run:#?}");
     assert!(run.stdout.contains("0 applied"), "{run:#?}");
     assert!(dead_letter_exists(&db.pool, id).await, "a still-broken dead letter left the table");
@@ -405,7 +406,7 @@ async fn retry_all_applies_the_fixed_dead_letters_and_keeps_the_broken_ones() {
 
     let run = dead_letters_cli(&db, &["retry", "--all"]).await;
 
-    run.assert_success();
+    assert_eq!(run.code, Some(1), "one letter still fails: {run:#?}");
     assert!(run.stdout.contains("2 applied"), "{run:#?}");
     assert!(run.stdout.contains(&format!("{broken} still fails")), "{run:#?}");
     for (id, contact, name) in fixed {
