@@ -39,7 +39,9 @@ impl ErrorResponse {
     /// The body for `error` in the request being served; logs the cause of 5xx errors.
     pub fn for_current_request(error: &ApiError) -> Self {
         if error.status().is_server_error() {
-            tracing::error!(error = %crate::error::chain(error), "request failed");
+            // The request's id on the cause's line too, so it can be found from what the
+            // client quotes.
+            tracing::error!(request_id = %RequestId::current(), error = %crate::error::chain(error), "request failed");
         }
         Self {
             error: ErrorInfo { code: error.code(), message: error.public_message(), details: error.details() },
@@ -131,7 +133,7 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
             Ok(Ok(response)) => response.into_response(),
             Ok(Err(error)) => render_error(error),
             Err(_panic) => {
-                tracing::error!("request handler panicked");
+                tracing::error!(request_id = %RequestId::current(), "request handler panicked");
                 json_response(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     &ErrorResponse::from_status(
@@ -270,7 +272,7 @@ fn render_error(error: poem::Error) -> Response {
         let problem = error.to_string();
         ErrorResponse::from_status(status, format!("Invalid request: {problem}"), Some(vec![problem]))
     } else if status.is_server_error() {
-        tracing::error!(error = %error, "request failed");
+        tracing::error!(request_id = %RequestId::current(), error = %error, "request failed");
         ErrorResponse::from_status(status, "An unexpected error occurred; it has been logged.".to_owned(), None)
     } else {
         ErrorResponse::from_status(status, format!("The request failed: {error}"), None)

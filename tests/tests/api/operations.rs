@@ -669,6 +669,27 @@ async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_
     assert_eq!(ended.code, Some(0), "{}", ended.stderr);
 }
 
+#[tokio::test]
+async fn the_cause_of_a_5xx_is_logged_with_the_request_id_the_client_was_given() {
+    // PostgreSQL nowhere: the key cannot be looked up, so the request is a 503.
+    let serve = Serve::start_on("postgres://postgres@127.0.0.1:1/nowhere", &[]).await;
+    let key = format!("lk_live_{}_{}", "A".repeat(16), "B".repeat(43));
+
+    let reply = serve.get(Some(&key), "/v1/contacts").await;
+    reply.assert_error(503, "SERVICE_UNAVAILABLE");
+    let id = reply.header("x-request-id").expect("X-Request-Id").to_owned();
+
+    let mut service = serve.service;
+    let cause = service
+        .wait_for_log(PROCESS_TIMEOUT, |record| {
+            record["fields"]["message"] == "request failed" && record["fields"]["request_id"] == id.as_str()
+        })
+        .await;
+    assert!(cause["fields"]["error"].as_str().is_some_and(|error| !error.is_empty()), "no cause: {cause}");
+    let ended = service.terminate(PROCESS_TIMEOUT).await;
+    assert_eq!(ended.code, Some(0), "{}", ended.stderr);
+}
+
 /// With transparent huge pages, every 2 MiB page holding one live object stays resident
 /// whole (`lectern_api::memory`): the process opts out, and after serving pages none of
 /// its memory is in a huge page.
