@@ -50,7 +50,7 @@ struct Head {
 pub struct FeedHeads {
     heads: Mutex<HashMap<FeedKey, watch::Sender<Head>>>,
     /// Its epoch is what a head is known in.
-    freshness: Freshness<FeedKey>,
+    freshness: Freshness<()>,
     /// Requests waiting now, per workspace.
     waiting: Mutex<HashMap<Uuid, usize>>,
 }
@@ -147,9 +147,10 @@ impl FeedHeads {
         (head.epoch == epoch).then_some(head.newest)
     }
 
-    /// Taken before a query whose answer about `key` may be [`FeedHeads::learn`]ed.
-    pub fn ticket(&self, key: FeedKey) -> Ticket {
-        self.freshness.ticket(&key)
+    /// Taken before a query whose answer may be [`FeedHeads::learn`]ed. A head is known
+    /// per epoch (a change raises it rather than evicting it), so no key is looked up.
+    pub fn ticket(&self) -> Ticket {
+        self.freshness.epoch_ticket()
     }
 
     /// Records that a query begun at `ticket` found every committed change of `key`'s
@@ -289,7 +290,7 @@ mod tests {
     fn nothing_is_known_while_the_listener_is_down_nor_learned_across_an_outage() {
         let heads = listening();
         let workspace = Uuid::new_v4();
-        let ticket = heads.ticket(("contacts", workspace));
+        let ticket = heads.ticket();
         heads.reset(false);
         heads.reset(true);
         heads.learn(("contacts", workspace), ticket, 3);

@@ -115,73 +115,64 @@ impl Feeds {
         params: ChangesParams,
         request_id: &str,
     ) -> Result<Vec<u8>, ApiError> {
-        changes_page::<R>(self, caller, params, request_id).await
-    }
-}
-
-async fn changes_page<R: Resource>(
-    state: &Feeds,
-    caller: &Principal,
-    params: ChangesParams,
-    request_id: &str,
-) -> Result<Vec<u8>, ApiError> {
-    let workspace_id = caller.workspace_id;
-    let began = std::time::Instant::now();
-    let scope = FeedScope { resource: R::NAME, workspace_id };
-    let feed = Feed::<R> { state, scope, request_id, resource: PhantomData };
-    // `seen`: the WAL position the client's last page was read at; no later page is read
-    // anywhere that has not replayed it.
-    let (mut since, mut seen) = match &params.since {
-        None => (FeedPosition::START, 0),
-        Some(Since::Latest) => {
-            let (latest, read_at) = feed.latest(began).await?;
-            return feed.body(write_data::<R>(&[])?, false, latest, read_at);
-        }
-        Some(Since::Token(token)) => {
-            state.tokens.open_read_at(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
-        }
-    };
-    let deadline = Instant::now() + params.wait.duration();
-    let mut waiting: Option<Waiting> = None;
-    let mut keys = state.authenticator.watch_keys();
-    loop {
-        if waiting.is_some() {
-            state.authenticator.still_valid(caller).await?;
-        }
-        // Taken before looking, so that a change committed after the look wakes it, and a
-        // bound that moves after the look lets it see what was committed but not final.
-        let mut watch = state.heads.watch(feed.key());
-        let mut bound = state.bound.watch();
-        let not_yet_served = match feed.look(since, seen, params.limit.get(), began).await? {
-            Look::Page(page) => return Ok(page),
-            Look::Nothing { caught_up, not_yet_served, read_at } => {
-                since = caught_up;
-                seen = read_at;
-                not_yet_served
+        let workspace_id = caller.workspace_id;
+        let began = std::time::Instant::now();
+        let scope = FeedScope { resource: R::NAME, workspace_id };
+        let feed = Feed::<R> { state: self, scope, request_id, resource: PhantomData };
+        // `seen`: the WAL position the client's last page was read at; no later page is read
+        // anywhere that has not replayed it.
+        let (mut since, mut seen) = match &params.since {
+            None => (FeedPosition::START, 0),
+            Some(Since::Latest) => {
+                let (latest, read_at) = feed.latest(began).await?;
+                return feed.body(write_data::<R>(&[])?, false, latest, read_at);
+            }
+            Some(Since::Token(token)) => {
+                self.tokens.open_read_at(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
             }
         };
-        if Instant::now() >= deadline || state.shutdown.is_cancelled() {
-            break;
+        let deadline = Instant::now() + params.wait.duration();
+        let mut waiting: Option<Waiting> = None;
+        let mut keys = self.authenticator.watch_keys();
+        loop {
+            if waiting.is_some() {
+                self.authenticator.still_valid(caller).await?;
+            }
+            // Taken before looking, so that a change committed after the look wakes it, and a
+            // bound that moves after the look lets it see what was committed but not final.
+            let mut watch = self.heads.watch(feed.key());
+            let mut bound = self.bound.watch();
+            let not_yet_served = match feed.look(since, seen, params.limit.get(), began).await? {
+                Look::Page(page) => return Ok(page),
+                Look::Nothing { caught_up, not_yet_served, read_at } => {
+                    since = caught_up;
+                    seen = read_at;
+                    not_yet_served
+                }
+            };
+            if Instant::now() >= deadline || self.shutdown.is_cancelled() {
+                break;
+            }
+            if waiting.is_none() {
+                let counted = self.heads.start_waiting(feed.key());
+                waiting = Some(counted.ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?);
+            }
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => break,
+                () = tokio::time::sleep_until(deadline) => break,
+                () = watch.changed() => {}
+                // Rows committed but not yet below the bound (an older writer of the read model
+                // is still running): the one sampler of the process moves it, for every waiter.
+                () = bound.moved(), if not_yet_served => {}
+                () = keys.changed() => {}
+            }
         }
-        if waiting.is_none() {
-            let counted = state.heads.start_waiting(feed.key());
-            waiting = Some(counted.ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?);
+        if waiting.is_some() {
+            self.authenticator.still_valid(caller).await?;
         }
-        tokio::select! {
-            biased;
-            () = state.shutdown.cancelled() => break,
-            () = tokio::time::sleep_until(deadline) => break,
-            () = watch.changed() => {}
-            // Rows committed but not yet below the bound (an older writer of the read model
-            // is still running): the one sampler of the process moves it, for every waiter.
-            () = bound.moved(), if not_yet_served => {}
-            () = keys.changed() => {}
-        }
+        feed.body(write_data::<R>(&[])?, false, since, seen)
     }
-    if waiting.is_some() {
-        state.authenticator.still_valid(caller).await?;
-    }
-    feed.body(write_data::<R>(&[])?, false, since, seen)
 }
 
 /// What a look at a feed found.
@@ -260,7 +251,7 @@ impl<R: Resource> Feed<'_, R> {
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
         let key = PageKey { feed: self.key(), after: since, rows };
         let read = |bound| async move {
-            let ticket = heads.ticket(self.key());
+            let ticket = heads.ticket();
             let workspace_id = self.scope.workspace_id;
             let changes =
                 fetch_changes::<R>(&self.state.reads, workspace_id, since, rows, seen, bound, known.is_some()).await?;

@@ -91,7 +91,7 @@ impl ReadAhead {
     where
         F: Future<Output = Option<ReadPage>> + Send + 'static,
     {
-        let ticket = heads.ticket(key.feed);
+        let ticket = heads.ticket();
         if !ticket.trusted() {
             return;
         }

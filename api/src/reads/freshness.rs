@@ -91,6 +91,13 @@ impl<K: Eq + Hash> Freshness<K> {
         Ticket { trusted, epoch: self.epoch(), generation }
     }
 
+    /// Taken before a query whose answer is kept per epoch, not per key (so no key's
+    /// generation is looked up): [`Freshness::trusted_since`] checks it.
+    pub fn epoch_ticket(&self) -> Ticket {
+        let trusted = self.trusted();
+        Ticket { trusted, epoch: self.epoch(), generation: 0 }
+    }
+
     /// Whether the listener has been up, without an outage, since `ticket` was taken.
     pub fn trusted_since(&self, ticket: Ticket) -> bool {
         ticket.trusted && self.trusted() && self.epoch() == ticket.epoch
