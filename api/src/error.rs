@@ -5,12 +5,18 @@ use std::sync::Arc;
 
 use poem::http::StatusCode;
 
+use crate::feed::token::TokenError;
+
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400 `VALIDATION_ERROR`: the request is malformed; `details` names each problem.
     #[error("{message}")]
     Validation { message: String, details: Vec<String> },
+    /// 400 `VALIDATION_ERROR`: the feed cannot continue from `since`; `details` says so in
+    /// a form a client can act on without reading the text: start over without `since`.
+    #[error("Invalid request: `since` {0}")]
+    SinceRefused(#[source] TokenError),
     /// 401 `UNAUTHORIZED`: no usable API key. The text never repeats the key.
     #[error("{0}")]
     Unauthorized(&'static str),
@@ -80,7 +86,7 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Validation { .. } => StatusCode::BAD_REQUEST,
+            Self::Validation { .. } | Self::SinceRefused(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
@@ -106,11 +112,42 @@ impl ApiError {
         }
     }
 
-    pub fn details(&self) -> Option<Vec<String>> {
+    pub fn details(&self) -> Option<ErrorDetails> {
         match self {
-            Self::Validation { details, .. } if !details.is_empty() => Some(details.clone()),
+            Self::Validation { details, .. } if !details.is_empty() => Some(ErrorDetails::Problems(details.clone())),
+            Self::SinceRefused(problem) => Some(ErrorDetails::RefusedSyncToken(RefusedSyncToken::new(problem))),
             _ => None,
         }
+    }
+}
+
+/// `details` of an error response: the problems, one per entry, each naming its parameter;
+/// or, when the feed cannot continue from a sync token, what the client is to do.
+#[derive(Clone, Debug, PartialEq, Eq, poem_openapi::Union)]
+#[oai(one_of)]
+pub enum ErrorDetails {
+    Problems(Vec<String>),
+    RefusedSyncToken(RefusedSyncToken),
+}
+
+/// The feed cannot continue from `since`: the token is not one of this feed's, or the
+/// database no longer holds what it was issued after (a restore to an earlier point).
+/// Whatever the cause, the client discards the records it synced and syncs again from the
+/// beginning (no `since`); nothing else will make the feed answer it.
+#[derive(Clone, Debug, PartialEq, Eq, poem_openapi::Object)]
+#[oai(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RefusedSyncToken {
+    /// Always `since`: the parameter refused.
+    pub parameter: String,
+    /// Why, in words, and what to do.
+    pub problem: String,
+    /// Always true: sync again from the beginning, without `since`.
+    pub start_over: bool,
+}
+
+impl RefusedSyncToken {
+    fn new(problem: &TokenError) -> Self {
+        Self { parameter: "since".to_owned(), problem: problem.to_string(), start_over: true }
     }
 }
 

@@ -314,11 +314,24 @@ impl Reply {
     }
 
     /// `details` of a VALIDATION_ERROR, which must name each bad parameter.
+    /// The error's problems, one per entry; a refused sync token's details (an object) as
+    /// the one entry `<parameter>: <problem>`.
     pub fn details(&self) -> Vec<String> {
-        self.body["error"]["details"]
+        let details = &self.body["error"]["details"];
+        if let (Some(parameter), Some(problem)) = (details["parameter"].as_str(), details["problem"].as_str()) {
+            return vec![format!("{parameter}: {problem}")];
+        }
+        details
             .as_array()
             .map(|details| details.iter().filter_map(|d| d.as_str().map(str::to_owned)).collect())
             .unwrap_or_default()
+    }
+
+    /// Whether the error tells the client, in a form it can act on, to sync again from the
+    /// beginning: `details.startOver` is true (and `details.parameter` is `since`).
+    pub fn says_start_over(&self) -> bool {
+        let details = &self.body["error"]["details"];
+        details["startOver"] == serde_json::Value::Bool(true) && details["parameter"] == "since"
     }
 
     /// The body's requestId matches the pattern and equals `X-Request-Id`.

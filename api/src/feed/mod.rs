@@ -127,9 +127,7 @@ impl Feeds {
                 let (latest, read_at) = feed.latest(began).await?;
                 return feed.body(write_data::<R>(&[])?, false, latest, read_at);
             }
-            Some(Since::Token(token)) => {
-                self.tokens.open_read_at(token, feed.scope).map_err(|problem| ApiError::invalid("since", problem))?
-            }
+            Some(Since::Token(token)) => self.tokens.open_read_at(token, feed.scope).map_err(ApiError::SinceRefused)?,
         };
         let deadline = Instant::now() + params.wait.duration();
         let mut waiting: Option<Waiting> = None;
@@ -243,7 +241,10 @@ impl<R: Resource> Feed<'_, R> {
     ) -> Result<Look, ApiError> {
         let heads = &self.state.heads;
         let known = heads.known(self.key());
-        if known.is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
+        // A token at or past every bound this process has seen is looked up in the
+        // database, which alone can tell whether it is from a history the database lost.
+        let within_bound = self.state.bound.current().is_some_and(|bound| since.transaction < bound.position);
+        if within_bound && known.is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
             return Ok(Look::Nothing { caught_up: since, not_yet_served: false, read_at: seen });
         }
@@ -284,6 +285,9 @@ impl<R: Resource> Feed<'_, R> {
         // Read to the end: everything below the bound is behind the client.
         let read_to = |position: FeedPosition| position.max(FeedPosition::below(changes.bound));
         let Some(last) = page.last() else {
+            if since.transaction >= changes.bound {
+                self.refuse_if_ahead_of_database(since, began).await?;
+            }
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "database").increment(1);
             let caught_up = read_to(since);
             return Ok(Look::Nothing {
@@ -303,6 +307,32 @@ impl<R: Resource> Feed<'_, R> {
             None => write_data::<R>(page)?,
         };
         self.body(data, has_more, position, changes.read_at).map(Look::Page)
+    }
+
+    /// Refuses `since` when it is at or past the primary's bound sampled after the request
+    /// `began`. Every token is below a bound some process sampled, and bounds sampled later
+    /// are never lower, so such a token comes from a history the database no longer has: it
+    /// went back to an earlier point without starting a new history (a copy of its data
+    /// directory started as it was). Answering it with empty pages would leave the client
+    /// waiting for positions the database will hand out again to other changes.
+    async fn refuse_if_ahead_of_database(
+        &self,
+        since: FeedPosition,
+        began: std::time::Instant,
+    ) -> Result<(), ApiError> {
+        let fresh = self.state.bound.sampled_since(&self.state.pool, began).await?;
+        if since.transaction >= fresh.position {
+            tracing::warn!(
+                resource = R::NAME,
+                workspace_id = %self.scope.workspace_id,
+                token_position = since.transaction,
+                bound = fresh.position,
+                "a sync token is ahead of the database: it was restored to an earlier point without a new history; \
+                 the client is told to start over"
+            );
+            return Err(ApiError::SinceRefused(token::TokenError::AheadOfDatabase));
+        }
+        Ok(())
     }
 
     /// `bound`, or an older bound that a replica in the rotation has replayed when that one

@@ -59,6 +59,12 @@ pub enum TokenError {
          operation unchanged, or start over without `since`"
     )]
     Mismatch,
+    #[error(
+        "is ahead of everything this database holds: it was restored to an earlier point, or replaced by a \
+         copy of itself, after the token was issued, and changes made in between may be lost; discard what you \
+         synced and start over without `since`"
+    )]
+    AheadOfDatabase,
 }
 
 /// Issues and opens sync tokens under the server's cursor secret.

@@ -13,7 +13,7 @@ use poem_openapi::Object;
 
 use super::caller::{self, Caller};
 use super::request_id::RequestId;
-use crate::error::{code_for_status, ApiError, ErrorCode};
+use crate::error::{code_for_status, ApiError, ErrorCode, ErrorDetails};
 
 /// The body of every error response.
 #[derive(Debug, Object)]
@@ -30,9 +30,10 @@ pub struct ErrorInfo {
     pub code: ErrorCode,
     #[oai(validator(min_length = 1))]
     pub message: String,
-    /// For `VALIDATION_ERROR`: one entry per problem, each naming its parameter.
+    /// For `VALIDATION_ERROR`: one entry per problem, each naming its parameter; or, when
+    /// the feed cannot continue from `since`, an object saying to start over.
     #[oai(skip_serializing_if_is_none)]
-    pub details: Option<Vec<String>>,
+    pub details: Option<ErrorDetails>,
 }
 
 impl ErrorResponse {
@@ -50,7 +51,10 @@ impl ErrorResponse {
     }
 
     fn from_status(status: StatusCode, message: String, details: Option<Vec<String>>) -> Self {
-        Self { error: ErrorInfo { code: code_for_status(status), message, details }, request_id: RequestId::current() }
+        Self {
+            error: ErrorInfo { code: code_for_status(status), message, details: details.map(ErrorDetails::Problems) },
+            request_id: RequestId::current(),
+        }
     }
 
     /// The body for a response written outside any request (the connection layer's).

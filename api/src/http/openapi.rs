@@ -78,6 +78,12 @@ fn complete(spec: &mut Value) {
         if let Some(email) = schemas.get_mut("Contact").and_then(|c| c.pointer_mut("/properties/email")) {
             email["format"] = json!("email");
         }
+        // The values a refused token's details always have, so that a generated client can
+        // test for them rather than for a string or a boolean.
+        if let Some(refused) = schemas.get_mut("RefusedSyncToken").and_then(|r| r.get_mut("properties")) {
+            refused["parameter"]["const"] = json!("since");
+            refused["startOver"]["const"] = json!(true);
+        }
     }
     if let Some(paths) = spec.get_mut("paths").and_then(Value::as_object_mut) {
         for operation in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
@@ -177,6 +183,12 @@ fn name_json_plainly(response: &mut Value) {
 
 fn close_object(name: &str, schema: &mut Value) {
     let Some(object) = schema.as_object_mut() else { return };
+    // poem-openapi types a union `object` whatever its choices are; `ErrorDetails` is an
+    // array or an object, so the choices alone say what it is.
+    if object.contains_key("oneOf") {
+        object.remove("type");
+        return;
+    }
     if object.get("type") != Some(&json!("object")) {
         return;
     }

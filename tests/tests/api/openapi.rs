@@ -653,10 +653,18 @@ fn error_schema_has_all_thirteen_codes_a_non_empty_message_and_optional_details(
     let codes: BTreeSet<&str> = strings(&code["enum"]).into_iter().collect();
     assert_eq!(codes, BTreeSet::from(ERROR_CODES));
     assert_eq!(info["properties"]["message"]["minLength"], 1);
-    // The description allows an array of strings or an object; Lectern only ever sends
-    // the array, and says so, so that no client has to handle a union.
-    let details = &info["properties"]["details"];
-    assert_eq!((&details["type"], &details["items"]), (&json!("array"), &json!({ "type": "string" })), "{details}");
+    // The description allows an array of strings or an object: the problems, or, for a
+    // sync token the feed cannot continue from, an object whose constants a client tests.
+    let details = resolve(&document, &info["properties"]["details"]);
+    assert_eq!(
+        details["oneOf"],
+        json!([{ "type": "array", "items": { "type": "string" } }, { "$ref": "#/components/schemas/RefusedSyncToken" }]),
+        "{details}"
+    );
+    let refused = schema(&document, "RefusedSyncToken");
+    assert_eq!(required_names(refused), BTreeSet::from(["parameter", "problem", "startOver"]));
+    assert_eq!(refused["properties"]["parameter"]["const"], "since");
+    assert_eq!(refused["properties"]["startOver"]["const"], true);
 }
 
 #[test]

@@ -16,11 +16,13 @@ const ITEMS: &str = "/v1/items/changes";
 /// The migration that gives rows their feed positions.
 const FEED_MIGRATION: i64 = 20261126000008;
 
-/// `since` refused as the contract says: a 400 VALIDATION_ERROR whose details name it.
+/// `since` refused as the contract says: a 400 VALIDATION_ERROR whose details name it, and
+/// tell the client, in a form it can act on, to start over without `since`.
 async fn assert_refused(app: &TestApp, key: &str, path: &str, since: &str) {
     let reply = app.get(key, &format!("{path}?since={}", urlencode(since))).await;
     reply.assert_error(400, "VALIDATION_ERROR");
     assert!(reply.details().iter().any(|detail| detail.starts_with("since")), "{since:?}: {}", reply.text);
+    assert!(reply.says_start_over(), "{since:?}: no startOver in the details: {}", reply.text);
 }
 
 #[tokio::test]
