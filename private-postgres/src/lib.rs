@@ -169,6 +169,21 @@ impl PrivatePostgres {
         Ok(standby)
     }
 
+    /// A copy of this server's data directory (`pg_basebackup`) started as it was: no
+    /// `recovery.signal`, no recovery target, so it runs crash recovery and stays on this
+    /// server's timeline, as a restored disk snapshot or volume copy does. `settings` as
+    /// for [`PrivatePostgres::start_new`]. Returns once it takes writes.
+    pub async fn start_copy(&self, settings: &str) -> Result<Self> {
+        let mut copy = Self::unstarted(format!("{REPLICATION_SETTINGS}{settings}"))?;
+        copy.base_backup_of(self.port).await?;
+        // `-R` made the copy a standby; a copy restored as it was is none.
+        let standby_signal = copy.data_dir().join("standby.signal");
+        std::fs::remove_file(&standby_signal)
+            .map_err(|source| Error::Io { what: format!("remove {}", standby_signal.display()), source })?;
+        copy.start_on_a_free_port().await?;
+        Ok(copy)
+    }
+
     /// The URL of `database` on this server, as the superuser.
     pub fn url_for(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
@@ -214,6 +229,51 @@ impl PrivatePostgres {
             server.try_fetch_one::<bool>("select not pg_is_in_recovery()").await.unwrap_or(false)
         })
         .await
+    }
+
+    /// A logical backup of `database` as an operator takes one: `pg_dump --format=custom`,
+    /// into a file in this server's directory. Returns the file's path.
+    pub async fn dump(&self, database: &str) -> Result<PathBuf> {
+        let file = self.dir.join(format!("{database}-{}.dump", uuid::Uuid::new_v4().simple()));
+        let mut command = self.command(&self.bin.join("pg_dump"));
+        command
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "--format=custom", "--file"])
+            .arg(&file)
+            .arg(database);
+        let output = run(command, "pg_dump").await?;
+        if !output.status.success() {
+            return Err(Error::Command {
+                what: format!("pg_dump of {database} on port {} failed", self.port),
+                report: describe(&output),
+            });
+        }
+        Ok(file)
+    }
+
+    /// Restores a [`PrivatePostgres::dump`] into a new database `database` on this server, as
+    /// an operator restores one into a fresh server: `createdb`, then `pg_restore`.
+    pub async fn restore(&self, database: &str, dump: &Path) -> Result<()> {
+        let port = self.port.to_string();
+        let connection = ["-h", "127.0.0.1", "-p", port.as_str(), "-U", "postgres"];
+        let mut createdb = self.command(&self.bin.join("createdb"));
+        createdb.args(connection).arg(database);
+        let output = run(createdb, "createdb").await?;
+        if !output.status.success() {
+            return Err(Error::Command {
+                what: format!("createdb {database} on port {} failed", self.port),
+                report: describe(&output),
+            });
+        }
+        let mut pg_restore = self.command(&self.bin.join("pg_restore"));
+        pg_restore.args(connection).args(["--exit-on-error", "--dbname", database]).arg(dump);
+        let output = run(pg_restore, "pg_restore").await?;
+        if !output.status.success() {
+            return Err(Error::Command {
+                what: format!("pg_restore of {} into {database} on port {} failed", dump.display(), self.port),
+                report: describe(&output),
+            });
+        }
+        Ok(())
     }
 
     /// The server's log so far, for failure messages.

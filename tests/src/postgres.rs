@@ -70,6 +70,13 @@ impl TestPostgres {
         Self::new(self.server.start_standby(&settings).await.unwrap_or_else(fail))
     }
 
+    /// A copy of this primary's data directory started as it was, on the same timeline (no
+    /// `recovery.signal`), as a restored disk snapshot is: see
+    /// `PrivatePostgres::start_copy`.
+    pub async fn start_copy(&self) -> Self {
+        Self::new(self.server.start_copy(TEST_SETTINGS).await.unwrap_or_else(fail))
+    }
+
     /// Changes a standby's `recovery_min_apply_delay` (`None`: apply at once) without a
     /// restart: `ALTER SYSTEM` (allowed on a hot standby: it writes no WAL) and a reload.
     /// Returns once new sessions see the new value; the reload has then been signalled
@@ -146,6 +153,18 @@ impl TestPostgres {
     /// Promotes this standby (`pg_ctl promote`): a failover. Returns once it takes writes.
     pub async fn promote(&self) {
         self.server.promote().await.unwrap_or_else(fail);
+    }
+
+    /// `pg_dump --format=custom` of the API's database, into a file in this server's
+    /// directory (gone with the server).
+    pub async fn dump(&self) -> std::path::PathBuf {
+        self.server.dump("lectern").await.unwrap_or_else(fail)
+    }
+
+    /// Creates the API's database on this server from a [`TestPostgres::dump`] of another:
+    /// `createdb` and `pg_restore`, as an operator restores a backup into a fresh server.
+    pub async fn restore(&self, dump: &std::path::Path) {
+        self.server.restore("lectern", dump).await.unwrap_or_else(fail);
     }
 
     /// The server's log so far, for failure messages.

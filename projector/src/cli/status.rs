@@ -4,7 +4,7 @@
 use async_nats::jetstream;
 
 use super::{connect, write_stdout, Output, StatusArgs};
-use crate::daemon::stuck;
+use crate::daemon::{ledger, stuck};
 use crate::dead_letters::printable;
 use crate::error::ProjectorError;
 use crate::repair::{dead_letters, rebuild, verify};
@@ -20,6 +20,7 @@ pub async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
     let info = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
     let stuck = stuck::reported(&jetstream).await?;
     let pool = connect(&args.database).await?;
+    let not_held = ledger::not_held(&pool, info.ack_floor.stream_sequence).await?;
     let dead = dead_letters::count(&pool).await?;
     let last_verify = verify::report::last(&pool).await?;
     let rebuild = rebuild::shadow::under_way(&pool).await?;
@@ -30,6 +31,7 @@ pub async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
         "ackFloor": info.ack_floor.stream_sequence,
         "pending": info.num_pending,
         "unacknowledged": info.num_ack_pending,
+        "acknowledgedNotHeld": not_held,
         "deadLetters": dead,
         "stuckBatches": stuck,
         "lastVerify": last_verify,
@@ -38,19 +40,33 @@ pub async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
     match args.output {
         Output::Json => write_stdout(&format!("{status}\n")),
         Output::Text => write_stdout(&format!(
-            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\ndead letters {}\nstuck batches {}\n{}{}{}\n",
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\n{}dead letters {}\nstuck batches {}\n{}{}{}\n",
             stream::STREAM,
             last_sequence,
             stream::CONSUMER,
             info.ack_floor.stream_sequence,
             info.num_pending,
             info.num_ack_pending,
+            describe_not_held(not_held),
             dead,
             stuck.len(),
             stuck.iter().map(describe_stuck).collect::<String>(),
             last_verify.map_or_else(|| "no verify recorded".to_owned(), |last| last.describe()),
             rebuild.map_or_else(String::new, |under_way| format!("\n{}", under_way.describe()))
         )),
+    }
+}
+
+/// The events acknowledged that the database does not hold, when there are any: the
+/// lag after a restore or a failover, which the consumer's own counts do not show.
+fn describe_not_held(not_held: Option<u64>) -> String {
+    match not_held {
+        Some(0) => String::new(),
+        Some(events) => format!(
+            "acknowledged but not in this database {events} (lost in a restore or failover; a running projector \
+             applies them again within seconds)\n"
+        ),
+        None => "acknowledged but not in this database: unknown until a projector has run on it\n".to_owned(),
     }
 }
 

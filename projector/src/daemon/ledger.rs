@@ -111,6 +111,22 @@ async fn fold_and_find_missing(
     .collect()
 }
 
+/// How many sequences up to `acknowledged_through` the database does not hold: events
+/// JetStream saw acknowledged that a restore or a failover made the database forget, which a
+/// running projector applies again. None before a projector first started the ledger.
+pub async fn not_held(pool: &PgPool, acknowledged_through: u64) -> Result<Option<u64>, sqlx::Error> {
+    let missing: Option<i64> = sqlx::query_scalar(
+        "select (select coalesce(sum(upper(r) - lower(r)), 0) \
+                 from unnest(int8multirange(int8range(1, $1 + 1)) \
+                      - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r), '{}')) as r)::bigint \
+         from read_model_ledger where trusted_through is not null",
+    )
+    .bind(as_sequence(acknowledged_through))
+    .fetch_optional(pool)
+    .await?;
+    Ok(missing.map(|missing| u64::try_from(missing).unwrap_or(0)))
+}
+
 fn span(row: &PgRow) -> Result<Span, sqlx::Error> {
     let first: i64 = row.try_get(0)?;
     let last: i64 = row.try_get(1)?;

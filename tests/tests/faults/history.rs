@@ -6,129 +6,20 @@
 //! The only step taken after a failover is the one `docs/operations.md` names: the
 //! projector and the API are pointed at the new primary.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use async_nats::jetstream;
 use lectern_read_model::Commit;
-use lectern_tests::app::urlencode;
 use lectern_tests::nats::TestNats;
 use lectern_tests::postgres::TestPostgres;
-use lectern_tests::projector::{contact_event, eventually, publish, RunningProjector};
+use lectern_tests::projector::{contact_event, eventually, RunningProjector};
 use lectern_tests::{ContactSeed, TestApp};
-use serde_json::Value;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
 use uuid::Uuid;
 
-/// How long the read model and a client following the feed may take to converge.
-const CONVERGES_WITHIN: Duration = Duration::from_secs(60);
-const CONTACTS: &str = "/v1/contacts/changes";
-
-/// A client mirroring a workspace's contacts through the feed, as the contract tells
-/// integrations to: upsert on `upserted`, delete on `removed`, keep the token.
-#[derive(Default)]
-struct Mirror {
-    token: Option<String>,
-    records: BTreeMap<String, Value>,
-}
-
-impl Mirror {
-    /// Follows the feed from its token until `hasMore` is false.
-    async fn follow(&mut self, app: &TestApp, key: &str) {
-        for _ in 0..1_000 {
-            let query = match &self.token {
-                Some(token) => format!("{CONTACTS}?limit=100&since={}", urlencode(token)),
-                None => format!("{CONTACTS}?limit=100"),
-            };
-            let reply = app.get(key, &query).await;
-            reply.assert_ok();
-            for entry in reply.data() {
-                let id = entry["id"].as_str().expect("id").to_owned();
-                match entry["change"].as_str() {
-                    Some("upserted") => {
-                        self.records.insert(id, entry["record"].clone());
-                    }
-                    _ => {
-                        self.records.remove(&id);
-                    }
-                }
-            }
-            self.token = Some(reply.body["syncToken"].as_str().expect("syncToken").to_owned());
-            if reply.body["hasMore"] == Value::Bool(false) {
-                return;
-            }
-        }
-        panic!("the feed never said hasMore: false");
-    }
-
-    /// Follows the feed until the mirror is the listing (a change reaches the feed a moment
-    /// after its commit); whether it got there within [`CONVERGES_WITHIN`].
-    async fn converges_to_the_listing(&mut self, app: &TestApp, key: &str) -> bool {
-        let deadline = tokio::time::Instant::now() + CONVERGES_WITHIN;
-        loop {
-            self.follow(app, key).await;
-            if self.records == listing(app, key).await {
-                return true;
-            }
-            if tokio::time::Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-/// Every contact the listing serves, by id.
-async fn listing(app: &TestApp, key: &str) -> BTreeMap<String, Value> {
-    app.traverse(key, "/v1/contacts?limit=100")
-        .await
-        .iter()
-        .flat_map(|page| page["data"].as_array().cloned().unwrap_or_default())
-        .map(|record| (record["id"].as_str().unwrap_or_default().to_owned(), record))
-        .collect()
-}
-
-/// (version, name) of every contact row of `workspace`.
-async fn rows(pool: &PgPool, workspace: Uuid) -> BTreeMap<Uuid, (i64, Option<String>)> {
-    let rows: Vec<(Uuid, i64, Option<String>)> =
-        sqlx::query_as("select id, version, name from contacts where workspace_id = $1")
-            .bind(workspace)
-            .fetch_all(pool)
-            .await
-            .unwrap_or_default();
-    rows.into_iter().map(|(id, version, name)| (id, (version, name))).collect()
-}
-
-/// Publishes version `version` of each contact, named after the version.
-async fn publish_versions(client: &async_nats::Client, workspace: Uuid, ids: &[Uuid], version: i64) {
-    let kind = if version == 1 { "created" } else { "updated" };
-    for id in ids {
-        publish(client, &contact_event(kind, workspace, *id, version, &format!("{id} v{version}"))).await;
-    }
-}
-
-/// Waits until JetStream has every message of the stream acknowledged by the projectors.
-async fn all_acknowledged(client: &async_nats::Client) {
-    let context = jetstream::new(client.clone());
-    let acknowledged = eventually(CONVERGES_WITHIN, || async {
-        let Ok(mut stream) = context.get_stream(lectern_projector::stream::STREAM).await else { return false };
-        let Ok(info) = stream.info().await else { return false };
-        let last = info.state.last_sequence;
-        let Ok(consumer) = stream.consumer_info(lectern_projector::stream::CONSUMER).await else { return false };
-        consumer.ack_floor.stream_sequence == last && consumer.num_ack_pending == 0
-    })
-    .await;
-    assert!(acknowledged, "the projector did not acknowledge every message within {CONVERGES_WITHIN:?}");
-}
+use crate::mirror::{
+    all_acknowledged, expect_versions, listing, pool, publish_versions, reach, rows, Expected, Mirror, CONVERGES_WITHIN,
+};
 
 fn wal_position(lsn: &str) -> u64 {
     let (high, low) = lsn.split_once('/').expect("an LSN is two hex numbers");
     (u64::from_str_radix(high, 16).expect("hex") << 32) | u64::from_str_radix(low, 16).expect("hex")
-}
-
-async fn pool(url: &str) -> PgPool {
-    PgPoolOptions::new().max_connections(8).connect(url).await.expect("connect")
 }
 
 /// The rules: after a failover to an asynchronous standby that missed the last writes,
@@ -184,30 +75,12 @@ async fn after_a_failover_to_a_standby_that_missed_the_last_writes_nothing_ackno
     let third: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
     publish_versions(&client, workspace, &third, 1).await;
 
-    let mut expected: BTreeMap<Uuid, (i64, Option<String>)> = BTreeMap::new();
-    for id in &first {
-        expected.insert(*id, (2, Some(format!("{id} v2"))));
-    }
-    for (index, id) in second.iter().enumerate() {
-        let version = if index < 10 { 2 } else { 1 };
-        expected.insert(*id, (version, Some(format!("{id} v{version}"))));
-    }
-    for id in &third {
-        expected.insert(*id, (1, Some(format!("{id} v1"))));
-    }
-    let restored = eventually(CONVERGES_WITHIN, || async { rows(&on_standby, workspace).await == expected }).await;
-    let found = rows(&on_standby, workspace).await;
-    let behind: Vec<String> = expected
-        .iter()
-        .filter(|(id, want)| found.get(*id) != Some(*want))
-        .map(|(id, want)| format!("{id}: {:?}, not {want:?}", found.get(id)))
-        .collect();
-    assert!(
-        restored,
-        "{} of {} records are not at their last published version: {behind:?}",
-        behind.len(),
-        expected.len()
-    );
+    let mut expected = Expected::new();
+    expect_versions(&mut expected, &first, 2);
+    expect_versions(&mut expected, &second[..10], 2);
+    expect_versions(&mut expected, &second[10..], 1);
+    expect_versions(&mut expected, &third, 1);
+    reach(&on_standby, workspace, &expected).await.unwrap_or_else(|behind| panic!("{behind}"));
 
     assert!(
         mirror.converges_to_the_listing(&app, &key).await,

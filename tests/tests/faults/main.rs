@@ -14,8 +14,10 @@
 mod connections;
 mod database;
 mod history;
+mod mirror;
 mod nats;
 mod openapi_tools;
 mod replicas;
+mod restore;
 mod schemathesis;
 mod support;

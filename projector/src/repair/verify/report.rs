@@ -113,11 +113,26 @@ pub struct LastVerification {
     pub records: i64,
     pub drifted: i64,
     pub reason: Option<String>,
+    /// Whether it ran in the history the database is in now: false after a restore or a
+    /// failover since, when its result says nothing about the rows the database holds now.
+    pub in_this_history: bool,
 }
 
 impl LastVerification {
     /// The line `status` prints.
     pub fn describe(&self) -> String {
+        let outcome = self.describe_outcome();
+        if self.in_this_history {
+            outcome
+        } else {
+            format!(
+                "{outcome}\n  it ran before this database was restored or failed over, and says nothing about the \
+                 read model now: run `lectern-projector verify`"
+            )
+        }
+    }
+
+    fn describe_outcome(&self) -> String {
         let scope = self.workspace_id.map_or_else(|| "every workspace".to_owned(), |id| format!("workspace {id}"));
         match self.reason.as_deref() {
             Some(reason) if self.outcome == Outcome::Undecided.as_str() => {
@@ -138,7 +153,9 @@ impl LastVerification {
 /// The last verify recorded, if any.
 pub async fn last(pool: &PgPool) -> Result<Option<LastVerification>, sqlx::Error> {
     sqlx::query_as(
-        "select finished_at, workspace_id, through_sequence, outcome, records, drifted, reason \
+        "select finished_at, workspace_id, through_sequence, outcome, records, drifted, reason, \
+                coalesce(system_identifier = (pg_control_system()).system_identifier \
+                         and timeline = read_model_timeline(), true) as in_this_history \
          from read_model_verifications order by id desc limit 1",
     )
     .fetch_optional(pool)
