@@ -395,7 +395,7 @@ async fn a_cors_preflight_is_not_a_success_and_grants_nothing() {
 
 /// `lectern-api serve` on free ports against `db`, with the harness's pepper.
 pub(crate) struct Serve {
-    service: Service,
+    pub(crate) service: Service,
     /// The public address, `host:port`.
     pub(crate) api: String,
     operations: String,
@@ -434,7 +434,7 @@ impl Serve {
         format!("http://{}{path}", self.operations)
     }
 
-    async fn get(&self, key: Option<&str>, path: &str) -> Reply {
+    pub(crate) async fn get(&self, key: Option<&str>, path: &str) -> Reply {
         let mut request = self.http.get(self.api_url(path));
         if let Some(key) = key {
             request = request.header("X-API-Key", key);
