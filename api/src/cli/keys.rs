@@ -72,9 +72,7 @@ pub struct ListKeysArgs {
     /// The workspace whose keys to list (default: every workspace).
     #[arg(long)]
     workspace: Option<Uuid>,
-    /// Only keys depending on this pepper: `current`, `previous` (one of
-    /// --previous-key-peppers), `unrecorded` (not known yet) or `unknown` (neither: the key
-    /// is refused); repeat for several.
+    /// Only the keys whose hash depends on this pepper; repeat for several.
     #[arg(long = "pepper", value_enum)]
     peppers: Vec<PepperDependency>,
     #[arg(long, value_enum, default_value_t)]

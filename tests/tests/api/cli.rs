@@ -14,7 +14,7 @@ use lectern_api::keys::{Environment, ParsedKey};
 use lectern_tests::app::AppOptions;
 use lectern_tests::binaries::Run;
 use lectern_tests::database::admin_url;
-use lectern_tests::seed::test_pepper;
+use lectern_tests::seed::{test_pepper, TEST_PEPPER};
 use lectern_tests::{TestApp, TestDatabase};
 use serde_json::Value;
 use sqlx::postgres::PgConnectOptions;
@@ -22,8 +22,6 @@ use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
 use tokio::process::Command;
 use uuid::Uuid;
 
-/// The pepper [`TestApp`] hashes with (tests/src/seed.rs), so CLI-made keys work there.
-const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
 /// A secret long enough for production (over 32 bytes).
 const LONG_SECRET: &str = "a production-grade secret of more than thirty-two bytes";
 /// How long any one process may take before the test fails instead of hanging.

@@ -13,15 +13,13 @@ use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::free_port;
 use lectern_tests::process::{Metrics, Service};
-use lectern_tests::seed::create_key;
+use lectern_tests::seed::{create_key, TEST_PEPPER};
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use serde_json::{json, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
 use uuid::Uuid;
 
-/// The pepper of `lectern_tests::seed::create_key`, so its keys work in the binary.
-const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
 /// How long a binary may take to start, answer or stop before the test fails.
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(60);
 /// Far longer than any readiness answer may take, far shorter than the hanging
