@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::feed::token::SyncTokens;
 use crate::feed::Feeds;
-use crate::keys::{Authenticator, Environment, Pepper};
+use crate::keys::{Authenticator, Environment, Pepper, Peppers};
 use crate::listing::cursor::CursorSigner;
 use crate::listing::workspace_sizes::WalkSettings;
 use crate::listing::Listing;
@@ -54,6 +54,8 @@ pub struct AppSettings {
     pub max_replica_lag: Duration,
     /// The pepper key secrets are hashed under.
     pub pepper: Pepper,
+    /// Retired peppers whose keys still authenticate, and are hashed again under `pepper`.
+    pub previous_peppers: Vec<Pepper>,
     /// Which keys this deployment serves.
     pub environment: Environment,
     /// What signs cursors and sync tokens, and how long cursors stay valid.
@@ -81,7 +83,8 @@ impl AppState {
             .map(|target| (target.name, ReadConnections::new(target.options, &settings.reads)))
             .collect();
         let reads = Reads::new(primary, replicas, settings.max_replica_lag);
-        let authenticator = Arc::new(Authenticator::new(pool.clone(), settings.pepper, settings.environment));
+        let peppers = Peppers::new(settings.pepper, settings.previous_peppers);
+        let authenticator = Arc::new(Authenticator::new(pool.clone(), peppers, settings.environment));
         let shutdown = CancellationToken::new();
         let signing = SigningSecrets::new(settings.cursor_secret, settings.previous_cursor_secrets);
         let tokens = SyncTokens::new(signing.clone());
@@ -111,8 +114,9 @@ impl AppState {
     }
 
     /// Starts the tasks that keep the state fresh while the process serves: the change
-    /// listener, the feed's bound sampler, the replica monitor, the key last-used writer
-    /// and the rate limits' sweeper. They stop when the returned handles are dropped.
+    /// listener, the feed's bound sampler, the replica monitor, the writer of key last-used
+    /// times and re-hashed keys, and the rate limits' sweeper. They stop when the returned
+    /// handles are dropped.
     pub fn start_background_tasks(self: &Arc<Self>) -> BackgroundTasks {
         let state = self.clone();
         let sweeper = async move {
@@ -126,7 +130,7 @@ impl AppState {
             tokio::spawn(notifications::follow(self.pool.clone(), self.followers(), self.change_listener.clone())),
             tokio::spawn(self.feeds.bound.clone().keep(self.pool.clone())),
             tokio::spawn(self.reads.clone().watch()),
-            tokio::spawn(self.authenticator.clone().flush_last_used_periodically()),
+            tokio::spawn(self.authenticator.clone().flush_periodically()),
             tokio::spawn(sweeper),
         ])
     }

@@ -11,7 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::error::CommandError;
 use crate::http::{AppSettings, ServerLimits};
-use crate::keys::{Environment, Pepper};
+use crate::keys::{Environment, Pepper, Peppers};
 use crate::listing::workspace_sizes::WalkSettings;
 use crate::rate_limit::Policy;
 use crate::reads::replicas::ReplicaTarget;
@@ -143,6 +143,17 @@ pub struct SecretArgs {
     /// Pepper under which key secrets are hashed (HMAC-SHA256); at least 32 bytes in production.
     #[arg(long, env = "LECTERN_KEY_PEPPER", value_parser = secret, hide_env_values = true)]
     pub key_pepper: Option<SecretString>,
+    /// Key peppers being rotated out (comma-separated in the variable): a key hashed under
+    /// any of them still authenticates, and is hashed again under --key-pepper when used.
+    /// Keep a retired pepper here until `keys list` shows no key depending on it.
+    #[arg(
+        long = "previous-key-peppers",
+        env = "LECTERN_PREVIOUS_KEY_PEPPERS",
+        value_parser = secret,
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub previous_key_peppers: Vec<SecretString>,
     /// Secret that signs cursors and sync tokens (HMAC-SHA256); at least 32 bytes in production.
     /// Sync tokens never expire: keep it for good.
     #[arg(long, env = "LECTERN_CURSOR_SECRET", value_parser = secret, hide_env_values = true)]
@@ -169,16 +180,24 @@ impl SecretArgs {
             .map(Pepper::new)
     }
 
+    /// The retired key peppers whose keys still authenticate; each held to the current
+    /// pepper's rules.
+    pub fn previous_peppers(&self) -> Result<Vec<Pepper>, CommandError> {
+        let setting = "--previous-key-peppers/LECTERN_PREVIOUS_KEY_PEPPERS";
+        let previous = resolve_previous(&self.previous_key_peppers, setting, DEV_KEY_PEPPER, self.production)?;
+        Ok(previous.into_iter().map(Pepper::new).collect())
+    }
+
+    /// The current pepper and the previous ones.
+    pub fn peppers(&self) -> Result<Peppers, CommandError> {
+        Ok(Peppers::new(self.pepper()?, self.previous_peppers()?))
+    }
+
     /// The retired cursor secrets whose cursors and tokens still open; each held to the
     /// current secret's rules.
     pub fn previous_cursor_secrets(&self) -> Result<Vec<SecretString>, CommandError> {
         let setting = "--previous-cursor-secrets/LECTERN_PREVIOUS_CURSOR_SECRETS";
-        self.previous_cursor_secrets
-            .iter()
-            // An empty variable lists none.
-            .filter(|previous| !previous.expose_secret().is_empty())
-            .map(|previous| resolve(Some(previous), setting, DEV_CURSOR_SECRET, self.production))
-            .collect()
+        resolve_previous(&self.previous_cursor_secrets, setting, DEV_CURSOR_SECRET, self.production)
     }
 
     pub fn cursor_secret(&self) -> Result<SecretString, CommandError> {
@@ -189,6 +208,22 @@ impl SecretArgs {
             self.production,
         )
     }
+}
+
+/// The secrets a setting lists as being rotated out, each held to the rules of the
+/// current one (`resolve`).
+fn resolve_previous(
+    listed: &[SecretString],
+    setting: &'static str,
+    development: &str,
+    production: bool,
+) -> Result<Vec<SecretString>, CommandError> {
+    listed
+        .iter()
+        // An empty variable lists none.
+        .filter(|previous| !previous.expose_secret().is_empty())
+        .map(|previous| resolve(Some(previous), setting, development, production))
+        .collect()
 }
 
 fn resolve(
@@ -303,6 +338,7 @@ impl ServeArgs {
             replicas,
             max_replica_lag: Duration::from_millis(self.replicas.max_replica_lag_ms),
             pepper: self.secrets.pepper()?,
+            previous_peppers: self.secrets.previous_peppers()?,
             environment: self.environment,
             cursor_secret: self.secrets.cursor_secret()?,
             previous_cursor_secrets: self.secrets.previous_cursor_secrets()?,

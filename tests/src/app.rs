@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lectern_api::http::{AppSettings, AppState, Application};
-use lectern_api::keys::{Environment, Scope};
+use lectern_api::keys::{Environment, Pepper, Scope};
 use lectern_api::listing::workspace_sizes::WalkSettings;
 use lectern_api::rate_limit::Policy;
 use lectern_api::reads::change::Follower;
@@ -16,7 +16,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::seed::{create_key, test_pepper};
+use crate::seed::{create_key, TEST_PEPPER};
 
 /// The cursor secret every [`TestApp`] uses.
 pub const TEST_CURSOR_SECRET: &str = "lectern test cursor secret, not a real secret";
@@ -53,6 +53,10 @@ pub struct AppOptions {
     pub cursor_secret: String,
     /// Retired cursor secrets whose cursors and tokens still open.
     pub previous_cursor_secrets: Vec<String>,
+    /// What key secrets are hashed under ([`TEST_PEPPER`] by default).
+    pub pepper: String,
+    /// Retired peppers whose keys still authenticate.
+    pub previous_peppers: Vec<String>,
 }
 
 impl AppOptions {
@@ -69,7 +73,12 @@ impl AppOptions {
                     .connections_per_workspace
                     .unwrap_or_else(|| PoolSettings::default_share(max_connections)),
             },
-            pepper: test_pepper(),
+            pepper: Pepper::new(SecretString::from(self.pepper.clone())),
+            previous_peppers: self
+                .previous_peppers
+                .iter()
+                .map(|pepper| Pepper::new(SecretString::from(pepper.clone())))
+                .collect(),
             environment: self.environment,
             cursor_secret: SecretString::from(self.cursor_secret.clone()),
             previous_cursor_secrets: self.previous_cursor_secrets.iter().cloned().map(SecretString::from).collect(),
@@ -102,6 +111,8 @@ impl Default for AppOptions {
             max_replica_lag: Duration::from_secs(5),
             cursor_secret: TEST_CURSOR_SECRET.to_owned(),
             previous_cursor_secrets: Vec::new(),
+            pepper: TEST_PEPPER.to_owned(),
+            previous_peppers: Vec::new(),
         }
     }
 }

@@ -12,8 +12,11 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 /// The pepper every [`crate::TestApp`] uses unless a test says otherwise.
+pub const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
+
+/// [`TEST_PEPPER`] as the API holds it.
 pub fn test_pepper() -> Pepper {
-    Pepper::new(SecretString::from("lectern test pepper, not a real secret".to_owned()))
+    Pepper::new(SecretString::from(TEST_PEPPER.to_owned()))
 }
 
 /// A key made and stored the way `keys create` does; returns (key id, full key).

@@ -8,13 +8,14 @@ use super::{connect, database_error, write_stdout};
 use crate::config::{DatabaseArgs, SecretArgs};
 use crate::error::CommandError;
 use crate::keys::store::{self, KeySummary, NewKey, Revocation};
-use crate::keys::{Environment, IssuedKey, Scope};
+use crate::keys::{Environment, IssuedKey, PepperDependency, Scope};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum KeysCommand {
     /// Create a key and print it once.
     Create(CreateKeyArgs),
-    /// List a workspace's keys (never their secrets).
+    /// List a workspace's keys, or every workspace's (never their secrets), each with the
+    /// pepper its hash depends on.
     List(ListKeysArgs),
     /// Revoke a key; every running API process refuses it within a second.
     Revoke(RevokeKeyArgs),
@@ -65,10 +66,25 @@ pub struct CreateKeyArgs {
 pub struct ListKeysArgs {
     #[command(flatten)]
     database: DatabaseArgs,
+    /// The API's peppers: each key is shown with the one its hash depends on.
+    #[command(flatten)]
+    secrets: SecretArgs,
+    /// The workspace whose keys to list (default: every workspace).
     #[arg(long)]
-    workspace: Uuid,
+    workspace: Option<Uuid>,
+    /// Only the keys whose hash depends on this pepper; repeat for several.
+    #[arg(long = "pepper", value_enum)]
+    peppers: Vec<PepperDependency>,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
+}
+
+/// A key as `keys list` shows it: its summary and the pepper it depends on.
+#[derive(serde::Serialize)]
+struct ListedKey<'a> {
+    #[serde(flatten)]
+    summary: &'a KeySummary,
+    pepper: PepperDependency,
 }
 
 #[derive(Debug, clap::Args)]
@@ -137,17 +153,49 @@ fn describe(key: &KeySummary) -> String {
 }
 
 async fn list_keys(args: ListKeysArgs) -> Result<(), CommandError> {
+    let peppers = args.secrets.peppers()?;
     let pool = connect(&args.database).await?;
     let keys = store::list(&pool, args.workspace)
         .await
         .map_err(|source| database_error(&args.database.database_url, source))?;
+    let listed: Vec<ListedKey<'_>> = keys
+        .iter()
+        .map(|summary| ListedKey { summary, pepper: peppers.dependency(summary.pepper_fingerprint.as_deref()) })
+        .filter(|key| args.peppers.is_empty() || args.peppers.contains(&key.pepper))
+        .collect();
     match args.output {
         Output::Json => {
-            let json = serde_json::to_string(&keys).map_err(CommandError::Encoding)?;
+            let json = serde_json::to_string(&listed).map_err(CommandError::Encoding)?;
             write_stdout(&format!("{json}\n"))
         }
-        Output::Text if keys.is_empty() => write_stdout(&format!("No keys for workspace {}.\n", args.workspace)),
-        Output::Text => write_stdout(&keys.iter().map(describe).collect::<Vec<_>>().join("\n")),
+        Output::Text if listed.is_empty() => write_stdout(&format!(
+            "No keys{}{}.\n",
+            args.workspace.map_or_else(String::new, |workspace| format!(" for workspace {workspace}")),
+            if args.peppers.is_empty() { "" } else { " depending on the peppers asked for" },
+        )),
+        Output::Text => write_stdout(
+            &listed
+                .iter()
+                .map(|key| format!("{}pepper:       {}\n", describe(key.summary), pepper_text(key.pepper)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+    }
+}
+
+/// What `keys list` says of the pepper a key depends on: the JSON output's value first.
+fn pepper_text(dependency: PepperDependency) -> &'static str {
+    match dependency {
+        PepperDependency::Current => "current",
+        PepperDependency::Previous => {
+            "previous (one of the previous peppers; hashed again under the current one at its next use)"
+        }
+        PepperDependency::Unrecorded => {
+            "unrecorded (made before peppers were recorded and not used since; recorded at its next use)"
+        }
+        PepperDependency::Unknown => {
+            "unknown (neither the current pepper nor a previous one: an API with these peppers refuses it)"
+        }
     }
 }
 

@@ -88,7 +88,7 @@ impl Application {
 
     /// Serves until `shutdown` resolves; then reports itself not ready but keeps
     /// serving for the limits' shutdown grace, stops accepting, lets in-flight requests
-    /// finish and writes the last batch of key last-used times.
+    /// finish and writes the last batch of key last-used times and re-hashed keys.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let background = self.state.start_background_tasks();
         let authenticator = self.state.authenticator.clone();
@@ -110,7 +110,7 @@ impl Application {
         };
         let result = server::serve(self.listener, app(self.state), self.limits, shutdown).await;
         drop(background);
-        authenticator.flush_last_used().await;
+        authenticator.flush().await;
         result
     }
 }

@@ -11,6 +11,13 @@
 //! key has been verified once: this process remembers each verified key's secret hash
 //! (a fact, not a permission: the record is still read and checked every time), so a
 //! real key is never refused by that limit, even while the cache is bypassed.
+//!
+//! A key whose hash was made under a previous pepper (one being rotated out), or whose
+//! pepper was never recorded, is hashed again under the current pepper when it is used,
+//! and written back in the same batches as last-used times: the request path never
+//! writes. The write changes `secret_hmac`, so the row's notification evicts the stale
+//! record from every process; the verified hashes are kept under the current pepper
+//! from the start, so they need no change.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -21,8 +28,8 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::store::{self, AuthRecord};
-use super::{Environment, ParsedKey, Pepper, Scope};
+use super::store::{self, AuthRecord, Rehash};
+use super::{Environment, Made, ParsedKey, Peppers, Scope, FINGERPRINT_LEN};
 use crate::error::ApiError;
 use crate::metric_names::KEY_CACHE;
 use crate::reads::change::{Change, Channel, Follower};
@@ -74,15 +81,21 @@ impl Principal {
 
 pub struct Authenticator {
     pool: PgPool,
-    pepper: Pepper,
+    peppers: Peppers,
+    /// The current pepper's fingerprint, made once rather than on every request.
+    current_fingerprint: [u8; FINGERPRINT_LEN],
     environment: Environment,
     cache: RwLock<HashMap<String, Arc<AuthRecord>>>,
     /// Per key id: a lookup that raced with a change of its key keeps nothing.
     freshness: Freshness<String>,
-    /// The secret hash of every key verified by this process, by key id: a lookup of
-    /// a key whose presented secret matches is not charged to its address.
-    verified: RwLock<HashMap<String, Vec<u8>>>,
+    /// The secret hash of every key verified by this process, under the current pepper
+    /// whichever pepper its record was hashed under, by key id: a lookup of a key whose
+    /// presented secret matches is not charged to its address.
+    verified: RwLock<HashMap<String, [u8; 32]>>,
     last_used: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Keys used since the last flush whose record is not yet hashed under the current
+    /// pepper with its fingerprint recorded, by key id.
+    rehashes: Mutex<HashMap<String, Rehash>>,
     /// Moves on every eviction: requests that wait (a long poll) watch it, so that a key
     /// revoked meanwhile is refused at once rather than when the wait ends.
     evictions: watch::Sender<u64>,
@@ -115,15 +128,17 @@ impl Follower for Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(pool: PgPool, pepper: Pepper, environment: Environment) -> Self {
+    pub fn new(pool: PgPool, peppers: Peppers, environment: Environment) -> Self {
         Self {
             pool,
-            pepper,
+            current_fingerprint: peppers.current().fingerprint(),
+            peppers,
             environment,
             cache: RwLock::default(),
             freshness: Freshness::default(),
             verified: RwLock::default(),
             last_used: Mutex::default(),
+            rehashes: Mutex::default(),
             evictions: watch::Sender::new(0),
         }
     }
@@ -182,16 +197,25 @@ impl Authenticator {
             }));
         }
         let (record, read) = self.lookup(&key, before_unverified_lookup).await?;
-        let Some(record) = record.filter(|record| {
-            self.pepper.verify(&key, &record.secret_hmac) && record.environment() == Some(self.environment)
-        }) else {
+        let verified = record.and_then(|record| {
+            let made = self.peppers.verify(&key, &record.secret_hmac)?;
+            (record.environment() == Some(self.environment)).then_some((record, made))
+        });
+        let Some((record, made)) = verified else {
             if read {
                 after_failed_lookup();
             }
             return Err(ApiError::Unauthorized(INVALID));
         };
-        if read {
-            self.write_verified().insert(record.id.clone(), record.secret_hmac.clone());
+        // A record hashed under a previous pepper, or whose pepper is unrecorded, is
+        // written again under the current one once the key has authenticated.
+        let stale =
+            made == Made::Previous || record.pepper_fingerprint.as_deref() != Some(self.current_fingerprint.as_slice());
+        // The hash under the current pepper: what the verified map holds (so that it stays
+        // right once the record is re-hashed), and what a stale record is re-hashed to.
+        let under_current = (read || stale).then(|| key.secret_hmac(self.peppers.current()));
+        if let (true, Some(secret_hmac)) = (read, under_current) {
+            self.write_verified().insert(record.id.clone(), secret_hmac);
         }
         let now = Utc::now();
         if record.revoked_at.is_some_and(|at| at <= now) {
@@ -201,6 +225,11 @@ impl Authenticator {
             return Err(ApiError::Unauthorized(EXPIRED));
         }
         self.lock_last_used().insert(record.id.clone(), now);
+        // Only a key that authenticates is re-hashed: a refused one needs no pepper.
+        if let (true, Some(new_hmac)) = (stale, under_current) {
+            let rehash = Rehash { key_id: record.id.clone(), old_hmac: record.secret_hmac.clone(), new_hmac };
+            self.lock_rehashes().insert(record.id.clone(), rehash);
+        }
         Ok(Principal {
             key_id: record.id.clone(),
             workspace_id: record.workspace_id,
@@ -239,10 +268,10 @@ impl Authenticator {
     /// Whether `key`'s secret is the one this process verified for its id before.
     fn verified_before(&self, key: &ParsedKey) -> bool {
         let verified = self.verified.read().unwrap_or_else(PoisonError::into_inner);
-        verified.get(&key.key_id).is_some_and(|secret_hmac| self.pepper.verify(key, secret_hmac))
+        verified.get(&key.key_id).is_some_and(|secret_hmac| self.peppers.current().verify(key, secret_hmac))
     }
 
-    fn write_verified(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Vec<u8>>> {
+    fn write_verified(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, [u8; 32]>> {
         self.verified.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -260,18 +289,54 @@ impl Authenticator {
         self.last_used.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes collected last-used times every few seconds until the process ends.
-    pub async fn flush_last_used_periodically(self: Arc<Self>) {
+    fn lock_rehashes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Rehash>> {
+        self.rehashes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes collected last-used times and re-hashed keys every few seconds until the
+    /// process ends.
+    pub async fn flush_periodically(self: Arc<Self>) {
         let mut ticker = tokio::time::interval(LAST_USED_FLUSH_EVERY);
         loop {
             ticker.tick().await;
-            self.flush_last_used().await;
+            self.flush().await;
+        }
+    }
+
+    /// Writes what the requests collected: last-used times and re-hashed keys.
+    pub async fn flush(&self) {
+        self.flush_last_used().await;
+        self.flush_rehashes().await;
+    }
+
+    /// Writes the keys hashed again under the current pepper in one statement, and drops
+    /// their stale records from this process's cache at once (the row's notification does
+    /// the same everywhere, a moment later); on failure they are kept for the next attempt.
+    async fn flush_rehashes(&self) {
+        let batch: Vec<Rehash> = std::mem::take(&mut *self.lock_rehashes()).into_values().collect();
+        if batch.is_empty() {
+            return;
+        }
+        match store::record_rehashes(&self.pool, &batch, &self.current_fingerprint).await {
+            Ok(changed) => {
+                for key_id in changed {
+                    self.freshness.changed(key_id.clone(), || self.write_cache().remove(&key_id));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, keys = batch.len(), "could not hash keys again under the current pepper; will retry");
+                let mut pending = self.lock_rehashes();
+                for rehash in batch {
+                    // A newer use's is as good: both hold the current pepper's hash.
+                    pending.entry(rehash.key_id.clone()).or_insert(rehash);
+                }
+            }
         }
     }
 
     /// Writes the collected last-used times in one statement; on failure they are kept
     /// for the next attempt.
-    pub async fn flush_last_used(&self) {
+    async fn flush_last_used(&self) {
         let batch: Vec<(String, DateTime<Utc>)> = std::mem::take(&mut *self.lock_last_used()).into_iter().collect();
         if batch.is_empty() {
             return;

@@ -13,6 +13,11 @@ use sha2::Sha256;
 const KEY_ID_LEN: usize = 16;
 /// Length of the secret: 43 base62 characters carry 256.03 bits.
 const SECRET_LEN: usize = 43;
+/// Bytes of a pepper's fingerprint: enough that two peppers never share one in practice.
+pub const FINGERPRINT_LEN: usize = 16;
+/// What a pepper's fingerprint is the HMAC of. It holds spaces, so no key's secret (base62
+/// only) is ever this text: a fingerprint is never a key's hash, nor its prefix.
+const FINGERPRINT_LABEL: &str = "lectern api key pepper fingerprint v1";
 
 /// Which deployment a key is for; a deployment serves exactly one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -126,6 +131,8 @@ pub struct IssuedKey {
     pub environment: Environment,
     pub key: SecretString,
     pub secret_hmac: [u8; 32],
+    /// The fingerprint of the pepper `secret_hmac` was made under.
+    pub pepper_fingerprint: [u8; FINGERPRINT_LEN],
 }
 
 impl IssuedKey {
@@ -134,7 +141,7 @@ impl IssuedKey {
         let secret = Alphanumeric.sample_string(&mut OsRng, SECRET_LEN);
         let secret_hmac = pepper.hmac(&secret);
         let key = SecretString::from(format!("lk_{}_{key_id}_{secret}", environment.as_str()));
-        Self { key_id, environment, key, secret_hmac }
+        Self { key_id, environment, key, secret_hmac, pepper_fingerprint: pepper.fingerprint() }
     }
 }
 
@@ -158,6 +165,89 @@ impl Pepper {
     pub fn verify(&self, key: &ParsedKey, stored: &[u8]) -> bool {
         use subtle::ConstantTimeEq;
         key.secret_hmac(self).ct_eq(stored).into()
+    }
+
+    /// Names this pepper without revealing it: the start of HMAC-SHA256 of a fixed label
+    /// under it, stored beside each key's hash so that `keys list` can tell which pepper
+    /// a key depends on. One-way like the key hashes; with a pepper of 32 random bytes (as
+    /// production requires) it cannot be guessed back from it either.
+    pub fn fingerprint(&self) -> [u8; FINGERPRINT_LEN] {
+        let mac = self.hmac(FINGERPRINT_LABEL);
+        let mut fingerprint = [0; FINGERPRINT_LEN];
+        fingerprint.copy_from_slice(&mac[..FINGERPRINT_LEN]);
+        fingerprint
+    }
+}
+
+/// Which of the [`Peppers`] a stored hash was made under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Made {
+    Current,
+    Previous,
+}
+
+/// Which pepper a stored key depends on, as far as its recorded fingerprint tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PepperDependency {
+    /// Hashed under the current pepper.
+    Current,
+    /// Hashed under one of the listed previous peppers: re-hashed under the current one
+    /// at its next use, refused once that pepper is unlisted.
+    Previous,
+    /// No fingerprint recorded (the key was made before fingerprints were, and has not
+    /// been used since): it may depend on any pepper.
+    Unrecorded,
+    /// Hashed under a pepper neither current nor listed: this key is refused.
+    Unknown,
+}
+
+/// The pepper every new hash is made under, and the retired ones whose hashes still
+/// verify, so the pepper can be rotated without refusing the keys hashed under the old one.
+#[derive(Clone, Debug)]
+pub struct Peppers {
+    current: Pepper,
+    /// Retired peppers whose hashes still verify.
+    previous: Vec<Pepper>,
+}
+
+impl Peppers {
+    pub fn new(current: Pepper, previous: Vec<Pepper>) -> Self {
+        Self { current, previous }
+    }
+
+    /// Only `current`: a key hashed under any other pepper is refused.
+    pub fn only(current: Pepper) -> Self {
+        Self::new(current, Vec::new())
+    }
+
+    /// The pepper new hashes are made under.
+    pub fn current(&self) -> &Pepper {
+        &self.current
+    }
+
+    /// Which pepper `stored` is `key`'s hash under, if any: the current one first, each
+    /// compared in constant time.
+    pub fn verify(&self, key: &ParsedKey, stored: &[u8]) -> Option<Made> {
+        if self.current.verify(key, stored) {
+            Some(Made::Current)
+        } else if self.previous.iter().any(|pepper| pepper.verify(key, stored)) {
+            Some(Made::Previous)
+        } else {
+            None
+        }
+    }
+
+    /// Which pepper a key whose hash carries `fingerprint` depends on.
+    pub fn dependency(&self, fingerprint: Option<&[u8]>) -> PepperDependency {
+        match fingerprint {
+            None => PepperDependency::Unrecorded,
+            Some(fingerprint) if fingerprint == self.current.fingerprint() => PepperDependency::Current,
+            Some(fingerprint) if self.previous.iter().any(|pepper| fingerprint == pepper.fingerprint()) => {
+                PepperDependency::Previous
+            }
+            Some(_) => PepperDependency::Unknown,
+        }
     }
 }
 
@@ -190,6 +280,35 @@ mod tests {
         assert!(!pepper.verify(&parsed, &other.secret_hmac));
         let other_pepper = Pepper::new(SecretString::from("another".to_owned()));
         assert!(!other_pepper.verify(&parsed, &issued.secret_hmac));
+    }
+
+    #[test]
+    fn a_hash_under_a_previous_pepper_verifies_as_previous_until_it_is_unlisted() {
+        let old = Pepper::new(SecretString::from("old pepper".to_owned()));
+        let new = Pepper::new(SecretString::from("new pepper".to_owned()));
+        let issued = IssuedKey::generate(Environment::Live, &old);
+        let parsed = ParsedKey::parse(issued.key.expose_secret()).unwrap();
+        let rotating = Peppers::new(new.clone(), vec![old.clone()]);
+        assert_eq!(rotating.verify(&parsed, &issued.secret_hmac), Some(Made::Previous));
+        assert_eq!(rotating.verify(&parsed, &parsed.secret_hmac(&new)), Some(Made::Current));
+        assert_eq!(Peppers::only(new.clone()).verify(&parsed, &issued.secret_hmac), None, "retired for good");
+        let other = IssuedKey::generate(Environment::Live, &old);
+        assert_eq!(rotating.verify(&parsed, &other.secret_hmac), None, "another key's hash");
+    }
+
+    #[test]
+    fn a_fingerprint_names_its_pepper_and_is_no_key_hash() {
+        let old = Pepper::new(SecretString::from("old pepper".to_owned()));
+        let new = Pepper::new(SecretString::from("new pepper".to_owned()));
+        let issued = IssuedKey::generate(Environment::Live, &old);
+        assert_eq!(issued.pepper_fingerprint, old.fingerprint());
+        assert_ne!(old.fingerprint(), new.fingerprint());
+        assert_ne!(issued.pepper_fingerprint[..], issued.secret_hmac[..FINGERPRINT_LEN]);
+        let peppers = Peppers::new(new.clone(), vec![old.clone()]);
+        assert_eq!(peppers.dependency(Some(&new.fingerprint())), PepperDependency::Current);
+        assert_eq!(peppers.dependency(Some(&old.fingerprint())), PepperDependency::Previous);
+        assert_eq!(peppers.dependency(None), PepperDependency::Unrecorded);
+        assert_eq!(Peppers::only(new).dependency(Some(&old.fingerprint())), PepperDependency::Unknown);
     }
 
     #[test]

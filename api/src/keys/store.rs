@@ -15,6 +15,8 @@ pub struct AuthRecord {
     pub scopes: Vec<String>,
     pub environment: String,
     pub secret_hmac: Vec<u8>,
+    /// The fingerprint of the pepper `secret_hmac` was made under; `None` if unrecorded.
+    pub pepper_fingerprint: Option<Vec<u8>>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -32,6 +34,10 @@ pub struct KeySummary {
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
+    /// Which pepper the hash depends on, told by `keys list` from its fingerprint; the
+    /// fingerprint itself is of no use to an operator.
+    #[serde(skip)]
+    pub pepper_fingerprint: Option<Vec<u8>>,
 }
 
 /// The attributes chosen when a key is created.
@@ -44,15 +50,15 @@ pub struct NewKey<'a> {
 }
 
 const SUMMARY_COLUMNS: &str =
-    "id, workspace_id, name, scopes, environment, created_at, expires_at, revoked_at, last_used_at";
+    "id, workspace_id, name, scopes, environment, created_at, expires_at, revoked_at, last_used_at, pepper_fingerprint";
 
 pub async fn insert(pool: &PgPool, issued: &IssuedKey, new: &NewKey<'_>) -> Result<KeySummary, sqlx::Error> {
     let mut scopes: Vec<&str> = new.scopes.iter().map(|scope| scope.as_str()).collect();
     scopes.sort_unstable();
     scopes.dedup();
     sqlx::query_as(&format!(
-        "insert into api_keys (id, workspace_id, name, scopes, environment, secret_hmac, expires_at)
-         values ($1, $2, $3, $4, $5, $6, $7)
+        "insert into api_keys (id, workspace_id, name, scopes, environment, secret_hmac, pepper_fingerprint, expires_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8)
          returning {SUMMARY_COLUMNS}"
     ))
     .bind(&issued.key_id)
@@ -61,16 +67,21 @@ pub async fn insert(pool: &PgPool, issued: &IssuedKey, new: &NewKey<'_>) -> Resu
     .bind(&scopes)
     .bind(issued.environment.as_str())
     .bind(issued.secret_hmac.as_slice())
+    .bind(issued.pepper_fingerprint.as_slice())
     .bind(new.expires_at)
     .fetch_one(pool)
     .await
 }
 
-pub async fn list(pool: &PgPool, workspace_id: Uuid) -> Result<Vec<KeySummary>, sqlx::Error> {
-    sqlx::query_as(&format!("select {SUMMARY_COLUMNS} from api_keys where workspace_id = $1 order by created_at, id"))
-        .bind(workspace_id)
-        .fetch_all(pool)
-        .await
+/// The keys of `workspace_id`, or of every workspace.
+pub async fn list(pool: &PgPool, workspace_id: Option<Uuid>) -> Result<Vec<KeySummary>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "select {SUMMARY_COLUMNS} from api_keys where $1::uuid is null or workspace_id = $1
+         order by workspace_id, created_at, id"
+    ))
+    .bind(workspace_id)
+    .fetch_all(pool)
+    .await
 }
 
 /// What `keys revoke` found.
@@ -104,7 +115,7 @@ pub async fn revoke(pool: &PgPool, key_id: &str) -> Result<Revocation, sqlx::Err
 
 pub async fn find_for_auth(pool: &PgPool, key_id: &str) -> Result<Option<AuthRecord>, sqlx::Error> {
     sqlx::query_as(
-        "select id, workspace_id, scopes, environment, secret_hmac, expires_at, revoked_at
+        "select id, workspace_id, scopes, environment, secret_hmac, pepper_fingerprint, expires_at, revoked_at
          from api_keys where id = $1",
     )
     .bind(key_id)
@@ -125,6 +136,41 @@ pub async fn record_last_used(pool: &PgPool, uses: &[(String, DateTime<Utc>)]) -
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// A key's hash made again under the current pepper, to be written in place of the one
+/// its record held.
+#[derive(Debug)]
+pub struct Rehash {
+    pub key_id: String,
+    /// The hash the record held: the row is changed only if it still holds it.
+    pub old_hmac: Vec<u8>,
+    pub new_hmac: [u8; 32],
+}
+
+/// One statement for a whole batch of hashes made again under the pepper whose
+/// fingerprint is `fingerprint`. A row whose hash changed meanwhile (another process
+/// re-hashed it, an operator replaced the key) is left as it is. Returns the ids changed.
+pub async fn record_rehashes(
+    pool: &PgPool,
+    rehashes: &[Rehash],
+    fingerprint: &[u8],
+) -> Result<Vec<String>, sqlx::Error> {
+    let ids: Vec<&str> = rehashes.iter().map(|rehash| rehash.key_id.as_str()).collect();
+    let old: Vec<&[u8]> = rehashes.iter().map(|rehash| rehash.old_hmac.as_slice()).collect();
+    let new: Vec<&[u8]> = rehashes.iter().map(|rehash| rehash.new_hmac.as_slice()).collect();
+    sqlx::query_scalar(
+        "update api_keys set secret_hmac = hashed.new, pepper_fingerprint = $4
+         from unnest($1::text[], $2::bytea[], $3::bytea[]) as hashed(id, old, new)
+         where api_keys.id = hashed.id and api_keys.secret_hmac = hashed.old
+         returning api_keys.id",
+    )
+    .bind(&ids)
+    .bind(&old)
+    .bind(&new)
+    .bind(fingerprint)
+    .fetch_all(pool)
+    .await
 }
 
 impl AuthRecord {

@@ -14,7 +14,7 @@ use lectern_api::keys::{Environment, ParsedKey};
 use lectern_tests::app::AppOptions;
 use lectern_tests::binaries::Run;
 use lectern_tests::database::admin_url;
-use lectern_tests::seed::test_pepper;
+use lectern_tests::seed::{test_pepper, TEST_PEPPER};
 use lectern_tests::{TestApp, TestDatabase};
 use serde_json::Value;
 use sqlx::postgres::PgConnectOptions;
@@ -22,8 +22,6 @@ use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
 use tokio::process::Command;
 use uuid::Uuid;
 
-/// The pepper [`TestApp`] hashes with (tests/src/seed.rs), so CLI-made keys work there.
-const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
 /// A secret long enough for production (over 32 bytes).
 const LONG_SECRET: &str = "a production-grade secret of more than thirty-two bytes";
 /// How long any one process may take before the test fails instead of hanging.
@@ -63,9 +61,16 @@ async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
 
 /// Runs a `keys` command against `db` with the harness's pepper.
 async fn keys(db: &TestDatabase, args: &[&str]) -> Run {
+    keys_with(db, args, &[("LECTERN_KEY_PEPPER", TEST_PEPPER)]).await
+}
+
+/// Runs a `keys` command against `db` with the secrets `env` holds.
+async fn keys_with(db: &TestDatabase, args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut full = vec!["keys"];
     full.extend_from_slice(args);
-    run(&full, &[("DATABASE_URL", &db.url), ("LECTERN_KEY_PEPPER", TEST_PEPPER)]).await
+    let mut full_env = vec![("DATABASE_URL", db.url.as_str())];
+    full_env.extend_from_slice(env);
+    run(&full, &full_env).await
 }
 
 /// `keys create --output json` for `workspace` with `extra` arguments; the JSON printed.
@@ -334,6 +339,82 @@ async fn keys_list_text_shows_ids_and_never_a_secret() {
     assert!(!run.stdout.contains(secret_of(created["key"].as_str().expect("key"))), "{}", run.stdout);
 }
 
+/// Peppers of a rotation, each over 32 bytes (and without the list's comma).
+const OLD_PEPPER: &str = "the pepper being rotated out: over thirty-two bytes";
+const NEW_PEPPER: &str = "the pepper being rotated in: over thirty-two bytes";
+const OTHER_PEPPER: &str = "a pepper this deployment never listed: over 32 bytes";
+
+#[tokio::test]
+async fn keys_list_tells_keys_of_the_current_pepper_from_those_of_a_previous_an_unrecorded_or_an_unknown_one() {
+    let db = TestDatabase::create().await;
+    let workspace = Uuid::new_v4();
+    let create_under = |pepper: &'static str, workspace: Uuid| {
+        let db = &db;
+        async move {
+            let workspace = workspace.to_string();
+            let args = ["create", "--workspace", &workspace, "--scope", "contacts:read", "--output", "json"];
+            let run = keys_with(db, &args, &[("LECTERN_KEY_PEPPER", pepper)]).await;
+            run.assert_success();
+            let created = run.json();
+            (created["id"].as_str().expect("id").to_owned(), created["key"].as_str().expect("key").to_owned())
+        }
+    };
+    let (current, current_key) = create_under(NEW_PEPPER, workspace).await;
+    let (previous, previous_key) = create_under(OLD_PEPPER, workspace).await;
+    let (unknown, unknown_key) = create_under(OTHER_PEPPER, workspace).await;
+    let (unrecorded, unrecorded_key) = create_under(NEW_PEPPER, workspace).await;
+    let (foreign, _) = create_under(OLD_PEPPER, Uuid::new_v4()).await;
+    // As a key made before the migration that added fingerprints.
+    sqlx::query("update api_keys set pepper_fingerprint = null where id = $1")
+        .bind(&unrecorded)
+        .execute(&db.pool)
+        .await
+        .expect("forget the fingerprint");
+    let rotating = [("LECTERN_KEY_PEPPER", NEW_PEPPER), ("LECTERN_PREVIOUS_KEY_PEPPERS", OLD_PEPPER)];
+    let workspace = workspace.to_string();
+
+    let json = keys_with(&db, &["list", "--workspace", &workspace, "--output", "json"], &rotating).await;
+    let text = keys_with(&db, &["list", "--workspace", &workspace], &rotating).await;
+    let filtered = keys_with(&db, &["list", "--pepper", "previous", "--output", "json"], &rotating).await;
+
+    let expected: BTreeSet<(&str, &str)> = [
+        (current.as_str(), "current"),
+        (previous.as_str(), "previous"),
+        (unknown.as_str(), "unknown"),
+        (unrecorded.as_str(), "unrecorded"),
+    ]
+    .into();
+    json.assert_success();
+    let listed = json.json();
+    let listed: BTreeSet<(&str, &str)> = listed
+        .as_array()
+        .expect("a JSON array")
+        .iter()
+        .map(|key| (key["id"].as_str().expect("id"), key["pepper"].as_str().expect("pepper")))
+        .collect();
+    assert_eq!(listed, expected, "{}", json.stdout);
+    text.assert_success();
+    let blocks: Vec<&str> = text.stdout.split("\n\n").collect();
+    for (id, pepper) in &expected {
+        let block = blocks.iter().find(|block| block.contains(id)).unwrap_or_else(|| panic!("{id} not listed"));
+        assert!(block.contains(&format!("pepper:       {pepper}")), "{id} is not shown as {pepper}: {block}");
+    }
+    // Without --workspace, every workspace's; --pepper keeps those depending on it.
+    filtered.assert_success();
+    let filtered = filtered.json();
+    let ids: BTreeSet<&str> =
+        filtered.as_array().expect("a JSON array").iter().map(|key| key["id"].as_str().expect("id")).collect();
+    assert_eq!(ids, [previous.as_str(), foreign.as_str()].into(), "{filtered}");
+    for run in [&json, &text] {
+        for secret in [OLD_PEPPER, NEW_PEPPER, OTHER_PEPPER]
+            .into_iter()
+            .chain([&current_key, &previous_key, &unknown_key, &unrecorded_key].map(|key| secret_of(key)))
+        {
+            assert!(!run.stdout.contains(secret) && !run.stderr.contains(secret), "a secret is shown: {run:#?}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------- keys revoke
 
 #[tokio::test]
@@ -475,6 +556,26 @@ async fn production_mode_holds_every_previous_cursor_secret_to_the_current_ones_
 
     run.assert_one_line_error(None, &["LECTERN_PREVIOUS_CURSOR_SECRETS", "32"]);
     assert!(!run.stderr.contains("short previous"), "the secret is echoed: {}", run.stderr);
+}
+
+#[tokio::test]
+async fn production_mode_holds_every_previous_key_pepper_to_the_current_ones_rules() {
+    let db = TestDatabase::create().await;
+    let previous = format!("{LONG_SECRET},short previous");
+    let env = [
+        ("DATABASE_URL", db.url.as_str()),
+        ("LECTERN_PRODUCTION", "1"),
+        ("LECTERN_KEY_PEPPER", LONG_SECRET),
+        ("LECTERN_CURSOR_SECRET", LONG_SECRET),
+        ("LECTERN_PREVIOUS_KEY_PEPPERS", &previous),
+    ];
+
+    // `keys list` first: a `serve` that wrongly starts ends only by the runner's timeout.
+    for args in [&["keys", "list"][..], &["serve", "--listen", "127.0.0.1:0"]] {
+        let refused = run(args, &env).await;
+        refused.assert_one_line_error(None, &["LECTERN_PREVIOUS_KEY_PEPPERS", "32"]);
+        assert!(!refused.stderr.contains("short previous"), "the secret is echoed: {}", refused.stderr);
+    }
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ mod openapi;
 mod operations;
 mod outage;
 mod params;
+mod pepper_rotation;
 mod plan_cache;
 mod plans;
 mod rate_limits;

@@ -13,15 +13,13 @@ use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::free_port;
 use lectern_tests::process::{Metrics, Service};
-use lectern_tests::seed::create_key;
+use lectern_tests::seed::{create_key, TEST_PEPPER};
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use serde_json::{json, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
 use uuid::Uuid;
 
-/// The pepper of `lectern_tests::seed::create_key`, so its keys work in the binary.
-const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
 /// How long a binary may take to start, answer or stop before the test fails.
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(60);
 /// Far longer than any readiness answer may take, far shorter than the hanging
@@ -395,7 +393,7 @@ async fn a_cors_preflight_is_not_a_success_and_grants_nothing() {
 
 /// `lectern-api serve` on free ports against `db`, with the harness's pepper.
 pub(crate) struct Serve {
-    service: Service,
+    pub(crate) service: Service,
     /// The public address, `host:port`.
     pub(crate) api: String,
     operations: String,
@@ -434,7 +432,7 @@ impl Serve {
         format!("http://{}{path}", self.operations)
     }
 
-    async fn get(&self, key: Option<&str>, path: &str) -> Reply {
+    pub(crate) async fn get(&self, key: Option<&str>, path: &str) -> Reply {
         let mut request = self.http.get(self.api_url(path));
         if let Some(key) = key {
             request = request.header("X-API-Key", key);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lectern_api::keys::Scope;
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::process::{Metrics, Service};
-use lectern_tests::seed::create_key;
+use lectern_tests::seed::{create_key, TEST_PEPPER};
 use lectern_tests::{ContactSeed, Reply, TestDatabase};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,8 +19,6 @@ use uuid::Uuid;
 mod deadlines;
 mod refusals;
 
-/// The pepper of the harness's keys (`lectern_tests::seed::test_pepper`).
-const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
 /// Within this any exchange ends, or the server hangs (generous: small shared machine).
 const WITHIN: Duration = Duration::from_secs(20);
 /// The header read timeout of the servers in these tests, unless a test needs idle
