@@ -169,6 +169,66 @@ impl PrivatePostgres {
         Ok(standby)
     }
 
+    /// A primary, as [`PrivatePostgres::start_primary`], that archives every finished WAL
+    /// segment into its directory: what a point-in-time restore replays.
+    pub async fn start_archiving(settings: &str) -> Result<Self> {
+        let mut primary = Self::unstarted(String::new())?;
+        primary.settings = format!(
+            "{REPLICATION_SETTINGS}archive_mode = on\narchive_command = 'cp %p {archive}/%f'\n{settings}",
+            archive = primary.archive_dir().display()
+        );
+        primary.initdb().await?;
+        let hba = primary.data_dir().join("pg_hba.conf");
+        std::fs::write(&hba, REPLICATION_HBA)
+            .map_err(|source| Error::Io { what: format!("write {}", hba.display()), source })?;
+        primary.start_on_a_free_port().await?;
+        Ok(primary)
+    }
+
+    /// A base backup of this server (`pg_basebackup`, no standby settings), not started:
+    /// what [`PrivatePostgres::start_recovering_to`] restores.
+    pub async fn base_backup(&self) -> Result<Self> {
+        let backup = Self::unstarted(String::new())?;
+        backup.base_backup_of(self.port).await?;
+        let standby_signal = backup.data_dir().join("standby.signal");
+        std::fs::remove_file(&standby_signal)
+            .map_err(|source| Error::Io { what: format!("remove {}", standby_signal.display()), source })?;
+        Ok(backup)
+    }
+
+    /// Restores this base backup to the point `target_lsn` of `archived`'s history, as an
+    /// operator restores to a point in time: `recovery.signal`, the WAL from `archived`'s
+    /// archive, then promotion at the target, onto a new timeline. Returns once it takes
+    /// writes. `settings` as for [`PrivatePostgres::start_new`].
+    pub async fn start_recovering_to(&mut self, archived: &Self, target_lsn: &str, settings: &str) -> Result<()> {
+        self.settings = format!(
+            "{REPLICATION_SETTINGS}{settings}restore_command = 'cp {archive}/%f %p'\n\
+             recovery_target_lsn = '{target_lsn}'\nrecovery_target_action = 'promote'\n",
+            archive = archived.archive_dir().display()
+        );
+        let recovery_signal = self.data_dir().join("recovery.signal");
+        std::fs::write(&recovery_signal, "")
+            .map_err(|source| Error::Io { what: format!("write {}", recovery_signal.display()), source })?;
+        self.start_on_a_free_port().await?;
+        let server = &*self;
+        wait_for(&format!("the restored server on port {} to reach its target and promote", self.port), move || async move {
+            server.try_fetch_one::<bool>("select not pg_is_in_recovery()").await.unwrap_or(false)
+        })
+        .await
+    }
+
+    /// Archives the WAL written so far: switches to a new segment and waits until the one
+    /// it left is in the archive.
+    pub async fn archive_wal(&self) -> Result<()> {
+        let segment: String = self.fetch_one("select pg_walfile_name(pg_switch_wal())").await?;
+        let archived = self.archive_dir().join(&segment);
+        wait_for(&format!("WAL segment {segment} to be archived"), move || {
+            let archived = archived.clone();
+            async move { archived.exists() }
+        })
+        .await
+    }
+
     /// A copy of this server's data directory (`pg_basebackup`) started as it was: no
     /// `recovery.signal`, no recovery target, so it runs crash recovery and stays on this
     /// server's timeline, as a restored disk snapshot or volume copy does. `settings` as
@@ -361,16 +421,23 @@ impl PrivatePostgres {
         self.dir.join("socket")
     }
 
+    /// Where a primary started by [`PrivatePostgres::start_archiving`] archives its WAL.
+    fn archive_dir(&self) -> PathBuf {
+        self.dir.join("archive")
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 
     /// The directory, owned by the user the server runs as.
     fn create_dir(&self) -> Result<()> {
-        std::fs::create_dir_all(self.socket_dir()).map_err(|source| Error::Io {
-            what: format!("create the private PostgreSQL directory {}", self.dir.display()),
-            source,
-        })?;
+        for dir in [self.socket_dir(), self.archive_dir()] {
+            std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+                what: format!("create the private PostgreSQL directory {}", dir.display()),
+                source,
+            })?;
+        }
         if let Some(user) = &self.run_as {
             let chown = std::process::Command::new("chown")
                 .arg("-R")

@@ -70,6 +70,30 @@ impl TestPostgres {
         Self::new(self.server.start_standby(&settings).await.unwrap_or_else(fail))
     }
 
+    /// A primary, as [`TestPostgres::start_primary`], archiving its WAL for a point-in-time
+    /// restore ([`TestPostgres::base_backup`], [`TestPostgres::start_recovering_to`]).
+    pub async fn start_archiving() -> Self {
+        Self::new(PrivatePostgres::start_archiving(TEST_SETTINGS).await.unwrap_or_else(fail))
+    }
+
+    /// A base backup of this archiving primary, not started.
+    pub async fn base_backup(&self) -> Self {
+        Self::new(self.server.base_backup().await.unwrap_or_else(fail))
+    }
+
+    /// Restores this base backup to `target_lsn` of `archived`'s history with
+    /// `recovery.signal` and its WAL archive, then promotes it, as a point-in-time restore
+    /// does. Returns once it takes writes.
+    pub async fn start_recovering_to(&mut self, archived: &Self, target_lsn: &str) {
+        self.server.start_recovering_to(&archived.server, target_lsn, TEST_SETTINGS).await.unwrap_or_else(fail);
+        self.port = self.server.port;
+    }
+
+    /// Archives the WAL written so far (`pg_switch_wal`), waiting until it is archived.
+    pub async fn archive_wal(&self) {
+        self.server.archive_wal().await.unwrap_or_else(fail);
+    }
+
     /// A copy of this primary's data directory started as it was, on the same timeline (no
     /// `recovery.signal`), as a restored disk snapshot is: see
     /// `PrivatePostgres::start_copy`.

@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::mirror::{
-    all_acknowledged, expect_versions, listing_of, pool, publish_versions, reach, Expected, Mirror, CONVERGES_WITHIN,
+    all_acknowledged, expect_versions, listing_of, pool, publish_versions, reach, rows, Expected, Mirror,
+    CONVERGES_WITHIN,
 };
 
 /// An `item.archived` event: the item leaves the listing, the feed says `removed`.
@@ -238,4 +239,74 @@ async fn a_token_from_after_a_restored_copy_was_taken_is_refused_with_start_over
     let mut started_over = Mirror::default();
     assert!(started_over.converges_to_the_listing(&app, &key).await, "starting over did not converge");
     assert_eq!(started_over.records.len(), 11);
+}
+
+/// The rules: after a point-in-time restore (a base backup, `recovery.signal`, the WAL
+/// archive replayed up to a target, then promotion onto a new timeline), with nothing done
+/// but pointing the services at it, the projector applies again every event acknowledged
+/// after the target, and a client holding a token from after the target converges to the
+/// listing, with what is written after the restore too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_point_in_time_restore_nothing_acknowledged_is_lost_and_no_change_skipped() {
+    let mut primary = TestPostgres::start_archiving().await;
+    lectern_api::reads::create_and_migrate(&primary.url()).await.expect("migrate the primary");
+    let nats = TestNats::start().await;
+    let client = nats.client().await;
+    let on_primary = pool(&primary.url()).await;
+    let projector = RunningProjector::start_consuming(&nats.url, on_primary.clone()).await;
+    let app = TestApp::spawn(on_primary.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+
+    let first: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();
+    publish_versions(&client, workspace, &first, 1).await;
+    all_acknowledged(&client).await;
+    let mut backup = primary.base_backup().await;
+
+    // Kept by the restore: every contact renamed.
+    publish_versions(&client, workspace, &first, 2).await;
+    all_acknowledged(&client).await;
+    sqlx::query("select read_model_flush('test')").execute(&on_primary).await.expect("flush");
+    let target: String =
+        sqlx::query_scalar("select pg_current_wal_insert_lsn()::text").fetch_one(&on_primary).await.expect("lsn");
+
+    // Lost by the restore, though acknowledged and served: 20 more contacts.
+    let second: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
+    publish_versions(&client, workspace, &second, 1).await;
+    all_acknowledged(&client).await;
+    let mut mirror = Mirror::default();
+    assert!(mirror.converges_to_the_listing(&app, &key).await, "the feed before the restore");
+    assert_eq!(mirror.records.len(), 50);
+    primary.archive_wal().await;
+
+    projector.stop().await;
+    primary.stop().await;
+    backup.start_recovering_to(&primary, &target).await;
+    let on_restored = pool(&backup.url()).await;
+    let timeline: i32 =
+        sqlx::query_scalar("select read_model_timeline()").fetch_one(&on_restored).await.expect("timeline");
+    assert!(timeline > 1, "the restore did not end on a new timeline");
+    let restored = rows(&on_restored, workspace).await;
+    assert_eq!(
+        (restored.len(), restored.values().filter(|(version, _)| *version == 2).count()),
+        (30, 30),
+        "the restore did not stop at its target"
+    );
+    let projector = RunningProjector::start_consuming(&nats.url, on_restored.clone()).await;
+    let app = TestApp::spawn(on_restored.clone()).await;
+    publish_versions(&client, workspace, &second[..5], 2).await;
+
+    let mut expected = Expected::new();
+    expect_versions(&mut expected, &first, 2);
+    expect_versions(&mut expected, &second[..5], 2);
+    expect_versions(&mut expected, &second[5..], 1);
+    reach(&on_restored, workspace, &expected)
+        .await
+        .unwrap_or_else(|behind| panic!("after the point-in-time restore, events acknowledged were lost: {behind}"));
+    assert!(
+        mirror.converges_to_the_listing(&app, &key).await,
+        "the client holding a token from after the restore's target skipped changes: {} mirrored",
+        mirror.records.len()
+    );
+    assert_eq!(mirror.records.len(), 50);
+    projector.stop().await;
 }
