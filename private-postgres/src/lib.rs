@@ -131,14 +131,20 @@ impl PrivatePostgres {
     /// Creates a fresh cluster, as [`PrivatePostgres::start_new`], that standbys can
     /// stream from ([`PrivatePostgres::start_standby`]), and starts it.
     pub async fn start_primary(settings: &str) -> Result<Self> {
-        let mut primary = Self::unstarted(format!("{REPLICATION_SETTINGS}{settings}"))?;
-        primary.initdb().await?;
+        let mut primary = Self::unstarted(String::new())?;
+        primary.settings = format!("{REPLICATION_SETTINGS}{settings}");
+        primary.initdb_and_start_primary().await?;
+        Ok(primary)
+    }
+
+    /// `initdb`, replication allowed, then started with the settings set.
+    async fn initdb_and_start_primary(&mut self) -> Result<()> {
+        self.initdb().await?;
         // Written in place: the file keeps the owner initdb gave it.
-        let hba = primary.data_dir().join("pg_hba.conf");
+        let hba = self.data_dir().join("pg_hba.conf");
         std::fs::write(&hba, REPLICATION_HBA)
             .map_err(|source| Error::Io { what: format!("write {}", hba.display()), source })?;
-        primary.start_on_a_free_port().await?;
-        Ok(primary)
+        self.start_on_a_free_port().await
     }
 
     /// A streaming standby of this primary, on its own port and in its own directory:
@@ -177,11 +183,7 @@ impl PrivatePostgres {
             "{REPLICATION_SETTINGS}archive_mode = on\narchive_command = 'cp %p {archive}/%f'\n{settings}",
             archive = primary.archive_dir().display()
         );
-        primary.initdb().await?;
-        let hba = primary.data_dir().join("pg_hba.conf");
-        std::fs::write(&hba, REPLICATION_HBA)
-            .map_err(|source| Error::Io { what: format!("write {}", hba.display()), source })?;
-        primary.start_on_a_free_port().await?;
+        primary.initdb_and_start_primary().await?;
         Ok(primary)
     }
 

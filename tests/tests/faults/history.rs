@@ -14,7 +14,8 @@ use lectern_tests::{ContactSeed, TestApp};
 use uuid::Uuid;
 
 use crate::mirror::{
-    all_acknowledged, expect_versions, listing, pool, publish_versions, reach, rows, Expected, Mirror, CONVERGES_WITHIN,
+    all_acknowledged, expect_versions, listing, pool, publish_versions, reach, rows, Expected, Mirror, Stack,
+    CONVERGES_WITHIN,
 };
 
 fn wal_position(lsn: &str) -> u64 {
@@ -31,13 +32,7 @@ fn wal_position(lsn: &str) -> u64 {
 async fn after_a_failover_to_a_standby_that_missed_the_last_writes_nothing_acknowledged_is_lost_and_no_change_skipped()
 {
     let mut primary = TestPostgres::start_primary().await;
-    lectern_api::reads::create_and_migrate(&primary.url()).await.expect("migrate the primary");
-    let nats = TestNats::start().await;
-    let client = nats.client().await;
-    let on_primary = pool(&primary.url()).await;
-    let projector = RunningProjector::start_consuming(&nats.url, on_primary.clone()).await;
-    let app = TestApp::spawn(on_primary.clone()).await;
-    let (workspace, key) = app.workspace_with_key().await;
+    let Stack { nats, client, projector, app, workspace, key, .. } = Stack::on(&primary).await;
 
     // What the standby will have: 30 contacts, followed by a client.
     let first: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();

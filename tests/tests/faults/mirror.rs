@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lectern_tests::app::urlencode;
-use lectern_tests::projector::{contact_event, eventually, publish};
+use lectern_tests::nats::TestNats;
+use lectern_tests::postgres::TestPostgres;
+use lectern_tests::projector::{contact_event, eventually, publish, RunningProjector};
 use lectern_tests::TestApp;
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
@@ -160,6 +162,32 @@ pub(crate) async fn all_acknowledged(client: &async_nats::Client) {
     })
     .await;
     assert!(acknowledged, "the projector did not acknowledge every message within {CONVERGES_WITHIN:?}");
+}
+
+/// The services on a private primary, as the fault tests start them: the schema migrated, a
+/// private nats-server, the projector consuming, the API, one workspace and its key.
+pub(crate) struct Stack {
+    pub(crate) nats: TestNats,
+    pub(crate) client: async_nats::Client,
+    pub(crate) pool: PgPool,
+    pub(crate) projector: RunningProjector,
+    pub(crate) app: TestApp,
+    pub(crate) workspace: Uuid,
+    pub(crate) key: String,
+}
+
+impl Stack {
+    /// Everything on `server`, with a `contacts:read` key.
+    pub(crate) async fn on(server: &TestPostgres) -> Self {
+        lectern_api::reads::create_and_migrate(&server.url()).await.expect("migrate the primary");
+        let nats = TestNats::start().await;
+        let client = nats.client().await;
+        let pool = pool(&server.url()).await;
+        let projector = RunningProjector::start_consuming(&nats.url, pool.clone()).await;
+        let app = TestApp::spawn(pool.clone()).await;
+        let (workspace, key) = app.workspace_with_key().await;
+        Self { nats, client, pool, projector, app, workspace, key }
+    }
 }
 
 pub(crate) async fn pool(url: &str) -> PgPool {

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::mirror::{
-    all_acknowledged, expect_versions, listing_of, pool, publish_versions, reach, rows, Expected, Mirror,
+    all_acknowledged, expect_versions, listing_of, pool, publish_versions, reach, rows, Expected, Mirror, Stack,
     CONVERGES_WITHIN,
 };
 
@@ -249,13 +249,7 @@ async fn a_token_from_after_a_restored_copy_was_taken_is_refused_with_start_over
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_point_in_time_restore_nothing_acknowledged_is_lost_and_no_change_skipped() {
     let mut primary = TestPostgres::start_archiving().await;
-    lectern_api::reads::create_and_migrate(&primary.url()).await.expect("migrate the primary");
-    let nats = TestNats::start().await;
-    let client = nats.client().await;
-    let on_primary = pool(&primary.url()).await;
-    let projector = RunningProjector::start_consuming(&nats.url, on_primary.clone()).await;
-    let app = TestApp::spawn(on_primary.clone()).await;
-    let (workspace, key) = app.workspace_with_key().await;
+    let Stack { nats, client, pool: on_primary, projector, app, workspace, key } = Stack::on(&primary).await;
 
     let first: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();
     publish_versions(&client, workspace, &first, 1).await;
