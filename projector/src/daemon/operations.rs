@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use async_nats::connection::State;
-use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
+use lectern_runtime::database_check::answer_within;
+use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -21,10 +22,10 @@ pub async fn readiness(
     if client.connection_state() != State::Connected {
         problems.push(format!("not connected to NATS (connection {})", describe(client.connection_state())));
     }
-    match tokio::time::timeout(DEPENDENCY_TIMEOUT, sqlx::query("select 1").execute(pool)).await {
+    match answer_within(pool, sqlx::query("select 1").execute(pool)).await {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => problems.push(format!("PostgreSQL is unreachable: {error}")),
-        Err(_) => problems.push(format!("PostgreSQL is unreachable: no answer within {DEPENDENCY_TIMEOUT:?}")),
+        Err(no_answer) => problems.push(no_answer),
     }
     problems.extend(batches.problem());
     if problems.is_empty() {

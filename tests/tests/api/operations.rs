@@ -12,6 +12,7 @@ use lectern_api::reads::{lazy_pool, PoolSettings};
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::free_port;
+use lectern_tests::postgres::TestPostgres;
 use lectern_tests::process::{Metrics, Service};
 use lectern_tests::seed::create_key;
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
@@ -194,6 +195,30 @@ async fn readyz_answers_503_within_a_bounded_time_while_the_database_hangs() {
     assert_eq!(reply.body["status"], "not ready", "{}", reply.text);
     assert!(!problems(&reply).is_empty(), "{}", reply.text);
     assert!(started.elapsed() < READINESS_BOUND);
+}
+
+/// Rule: readiness names the real cause: with every connection slot of PostgreSQL taken,
+/// /readyz quotes PostgreSQL's refusal ("too many clients"), not a bare timeout.
+#[tokio::test]
+async fn readyz_names_postgresqls_refusal_when_its_connections_are_exhausted() {
+    // Five slots, all of them superuser-usable, taken by the test before the app asks.
+    let server = TestPostgres::start_new_with("max_connections = 5\nsuperuser_reserved_connections = 0\n").await;
+    let url = server.url_for("postgres");
+    let mut held = Vec::new();
+    while let Ok(connection) = PgConnection::connect(&url).await {
+        held.push(connection);
+        assert!(held.len() <= 5, "PostgreSQL accepted more connections than max_connections");
+    }
+    // The pool would wait far longer than the probe for a slot to free up.
+    let pool = lazy_pool(&url, &pool_settings(Duration::from_secs(60))).expect("pool options");
+    let app = TestApp::spawn_without_database(pool).await;
+
+    let reply = tokio::time::timeout(READINESS_BOUND, get(&app, "/readyz")).await.expect("/readyz answers");
+
+    assert_eq!(reply.status, 503, "{}", reply.text);
+    let problems = problems(&reply).join("\n");
+    assert!(problems.contains("too many clients"), "PostgreSQL's own refusal is quoted: {problems}");
+    drop(held);
 }
 
 // ---------------------------------------------------------------------------------------
