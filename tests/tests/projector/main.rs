@@ -15,6 +15,7 @@ mod durable_acks;
 mod end_to_end;
 mod feed_convergence;
 mod operations;
+mod outages;
 mod pending_lists;
 mod process;
 mod rebuild;
