@@ -264,13 +264,16 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone(), "shutting down: finishing the batch in hand"));
     let stopped = shutdown.clone();
-    let batches = stuck::Batches::new(std::time::Duration::from_secs(args.stuck_after));
+    let watched = operations::Watched {
+        batches: stuck::Batches::new(std::time::Duration::from_secs(args.stuck_after)),
+        ..operations::Watched::default()
+    };
     let operations_task = tokio::spawn(operations_server.run(
-        operations::readiness_check(client.clone(), pool.clone(), batches.clone()),
-        operations::before_scrape(batches.clone()),
+        operations::readiness_check(client.clone(), pool.clone(), watched.batches.clone()),
+        operations::before_scrape(watched.clone()),
         async move { stopped.cancelled().await },
     ));
-    tokio::spawn(operations::export_last_verification(pool.clone(), shutdown.clone()));
+    tokio::spawn(operations::export_from_the_database(pool.clone(), shutdown.clone()));
     let settings = RunSettings {
         batch_size: usize::from(args.batch_size),
         concurrent_batches: usize::from(args.concurrent_batches),
@@ -281,7 +284,7 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         stream_replicas: usize::from(args.nats.stream_replicas),
         ..RunSettings::default()
     };
-    let consumed = consumer::run_watched(client, pool, settings, batches, shutdown.clone()).await;
+    let consumed = consumer::run_watched(client, pool, settings, watched, shutdown.clone()).await;
     shutdown.cancel();
     if let Ok(Err(error)) = operations_task.await {
         tracing::warn!(%error, "the operations listener stopped with an error");

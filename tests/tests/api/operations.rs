@@ -715,6 +715,30 @@ async fn the_cause_of_a_5xx_is_logged_with_the_request_id_the_client_was_given()
     assert_eq!(ended.code, Some(0), "{}", ended.stderr);
 }
 
+/// The 5xx-rate alert of docs/operations.md ("Alerts"): more than this share of requests.
+const SERVER_ERROR_ALERT_SHARE: f64 = 0.05;
+
+/// Rule (alert "API answering 5xx"): with PostgreSQL unreachable the API's answers are
+/// 503s, and the share of 5xx among the counted requests passes the alert's threshold.
+#[tokio::test]
+async fn the_5xx_share_passes_its_alert_threshold_while_postgresql_is_unreachable() {
+    let serve = Serve::start_on("postgres://postgres@127.0.0.1:1/nowhere", &[]).await;
+    let key = format!("lk_live_{}_{}", "A".repeat(16), "B".repeat(43));
+
+    for _ in 0..3 {
+        serve.get(Some(&key), "/v1/contacts").await.assert_error(503, "SERVICE_UNAVAILABLE");
+    }
+    let metrics = serve.metrics().await;
+
+    let requests = metrics.matching(REQUESTS, &[]);
+    let all: f64 = requests.iter().map(|sample| sample.value).sum();
+    let failed: f64 =
+        requests.iter().filter(|sample| sample.labels["status"].starts_with('5')).map(|sample| sample.value).sum();
+    assert!(failed >= 3.0, "the 503s are counted:\n{}", metrics.text);
+    assert!(failed / all > SERVER_ERROR_ALERT_SHARE, "{failed} of {all}:\n{}", metrics.text);
+    serve.stop().await;
+}
+
 /// With transparent huge pages, every 2 MiB page holding one live object stays resident
 /// whole (`lectern_api::memory`): the process opts out, and after serving pages none of
 /// its memory is in a huge page.

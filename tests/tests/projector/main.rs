@@ -3,6 +3,7 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod alerts;
 mod apply_rules;
 mod cluster;
 mod commands;

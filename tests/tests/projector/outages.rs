@@ -1,13 +1,61 @@
-//! What the projector tells operators during an outage: `status` shows what the
-//! dependency still up holds and names the one that is down.
+//! What the projector tells operators during an outage: one log line when PostgreSQL is
+//! lost and one when it is back, however many retries lie between; and `status`, which
+//! shows what the dependency still up holds and names the one that is down.
+
+use std::time::Duration;
 
 use lectern_tests::nats::{free_port, TestNats};
-use lectern_tests::projector::{contact_event, publish};
+use lectern_tests::postgres::TestPostgres;
+use lectern_tests::projector::{contact_event, eventually, publish};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
 use uuid::Uuid;
 
+use crate::operations::Projector;
 use crate::process::run_command;
+
+/// How long the binary may take to start, notice an outage or recover.
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// How many log records have `message` as their message.
+fn logged(projector: &Projector, message: &str) -> usize {
+    projector.service.log_records().iter().filter(|record| record["fields"]["message"] == message).count()
+}
+
+const POSTGRES_LOST: &str = "lost PostgreSQL; retrying (nothing is applied or acknowledged meanwhile)";
+const POSTGRES_BACK: &str = "PostgreSQL answers again";
+const BATCH_RETRIED: &str = "applying a batch failed; retrying, nothing acknowledged";
+
+/// Rule: a PostgreSQL outage is logged once when a batch first fails to reach it and once
+/// when it works again, not once per retry.
+#[tokio::test]
+async fn a_postgresql_outage_is_logged_once_when_lost_and_once_when_back_not_per_retry() {
+    let nats = TestNats::start().await;
+    let mut server = TestPostgres::start_new().await;
+    lectern_api::reads::create_and_migrate(&server.url()).await.expect("migrate");
+    // The tests' servers commit without waiting for the WAL: a checkpoint keeps the schema
+    // through the immediate stop below.
+    let mut admin = PgConnection::connect(&server.url()).await.expect("connect to the private server");
+    admin.execute("checkpoint").await.expect("checkpoint");
+    drop(admin);
+    let projector = Projector::start_with(&nats.url, &server.url(), &[]).await;
+    projector.wait_for_readiness(200).await;
+    let client = nats.client().await;
+
+    server.stop().await;
+    publish(&client, &contact_event("created", Uuid::new_v4(), Uuid::new_v4(), 1, "Acme")).await;
+    let retried = eventually(WITHIN, || async { logged(&projector, BATCH_RETRIED) >= 3 }).await;
+    let lost_while_down = logged(&projector, POSTGRES_LOST);
+    server.start().await;
+    let back = eventually(WITHIN, || async { logged(&projector, POSTGRES_BACK) == 1 }).await;
+
+    assert!(retried, "the batch was retried at least 3 times:\n{}", projector.service.stderr());
+    assert_eq!(lost_while_down, 1, "one line for the loss:\n{}", projector.service.stderr());
+    assert!(back, "one line when back:\n{}", projector.service.stderr());
+    assert_eq!(logged(&projector, POSTGRES_LOST), 1, "{}", projector.service.stderr());
+    projector.stop().await;
+}
 
 /// `status --output json` run to its end, with its exit code and document.
 async fn status(nats_url: &str, database_url: &str) -> (Option<i32>, Value, String) {
