@@ -46,6 +46,21 @@ pub async fn answer_within<T>(
     Err(no_answer(pool, cause))
 }
 
+/// Why `pool` gave no connection (its error says only that it timed out): what PostgreSQL
+/// told a connection opened beside it, or that it let that one in (the pool is the
+/// bottleneck), or that it did not answer that one either within [`LOOK_AFTER`].
+pub async fn why_no_connection(pool: &PgPool) -> String {
+    match tokio::time::timeout(LOOK_AFTER, look_for_cause(pool)).await {
+        Ok(Err(refusal)) => format!("a new connection was refused: {refusal}"),
+        Ok(Ok(())) => format!(
+            "PostgreSQL accepts new connections; the pool's {} connection(s) are busy ({} idle)",
+            pool.size(),
+            pool.num_idle()
+        ),
+        Err(_) => format!("PostgreSQL did not answer a new connection within {LOOK_AFTER:?}"),
+    }
+}
+
 /// A statement's outcome; the pool's own timeout is no answer, and its cause is looked for.
 async fn settled<T>(pool: &PgPool, answered: Result<T, sqlx::Error>) -> Result<Result<T, sqlx::Error>, String> {
     match answered {

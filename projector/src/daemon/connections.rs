@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_nats::{ConnectOptions, Event};
+use lectern_runtime::database_check::why_no_connection;
+use sqlx::PgPool;
 
 /// `options` with the NATS connection's losses and returns logged and shown by the gauge.
 /// async-nats reports a loss once ([`Event::Disconnected`]) and every connection made
@@ -37,12 +39,19 @@ pub fn watch_nats(options: ConnectOptions) -> ConnectOptions {
 /// database, and the flag only decides which log line is due.
 static POSTGRES_LOST: AtomicBool = AtomicBool::new(false);
 
-/// Notes an attempt on PostgreSQL that failed: the first failure that means the database
-/// cannot be reached (not a refused statement, nor a conflict worth a retry) is logged.
-pub fn postgres_failed(error: &sqlx::Error) {
-    if is_connection_error(error) {
-        postgres_lost(&lectern_runtime::with_causes(error));
+/// Notes an attempt on PostgreSQL (through `pool`) that failed: the first failure that
+/// means the database cannot be reached (not a refused statement, nor a conflict worth a
+/// retry) is logged. A pool that timed out does not say why, so then the cause is looked
+/// for, once a loss, beside it.
+pub async fn postgres_failed(pool: &PgPool, error: &sqlx::Error) {
+    if !is_connection_error(error) || POSTGRES_LOST.load(Ordering::Relaxed) {
+        return;
     }
+    let cause = match error {
+        sqlx::Error::PoolTimedOut => format!("{error}: {}", why_no_connection(pool).await),
+        error => lectern_runtime::with_causes(error),
+    };
+    postgres_lost(&cause);
 }
 
 /// Notes that PostgreSQL gave no answer in time, for `cause`.

@@ -273,7 +273,7 @@ async fn apply_until_committed(
             Err(error) => {
                 tracing::warn!(%error, messages = received.len(), "applying a batch failed; retrying, nothing acknowledged");
                 crate::metrics::record_retry();
-                connections::postgres_failed(&error);
+                connections::postgres_failed(pool, &error).await;
                 tracked.failed(&error);
                 if backoff.wait_or_stop(shutdown).await {
                     return false;

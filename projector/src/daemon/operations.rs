@@ -25,7 +25,7 @@ pub async fn readiness(
     match answer_within(pool, sqlx::query("select 1").execute(pool)).await {
         Ok(Ok(_)) => connections::postgres_answered(),
         Ok(Err(error)) => {
-            connections::postgres_failed(&error);
+            connections::postgres_failed(pool, &error).await;
             problems.push(format!("PostgreSQL is unreachable: {error}"));
         }
         Err(no_answer) => {

@@ -27,8 +27,9 @@ const POSTGRES_LOST: &str = "lost PostgreSQL; retrying (nothing is applied or ac
 const POSTGRES_BACK: &str = "PostgreSQL answers again";
 const BATCH_RETRIED: &str = "applying a batch failed; retrying, nothing acknowledged";
 
-/// Rule: a PostgreSQL outage is logged once when a batch first fails to reach it and once
-/// when it works again, not once per retry.
+/// Rule: a PostgreSQL outage is logged once when a batch first fails to reach it, naming
+/// the real cause (the refused connection, not the pool's timeout), and once when it works
+/// again, not once per retry.
 #[tokio::test]
 async fn a_postgresql_outage_is_logged_once_when_lost_and_once_when_back_not_per_retry() {
     let nats = TestNats::start().await;
@@ -47,11 +48,19 @@ async fn a_postgresql_outage_is_logged_once_when_lost_and_once_when_back_not_per
     publish(&client, &contact_event("created", Uuid::new_v4(), Uuid::new_v4(), 1, "Acme")).await;
     let retried = eventually(WITHIN, || async { logged(&projector, BATCH_RETRIED) >= 3 }).await;
     let lost_while_down = logged(&projector, POSTGRES_LOST);
+    let lost_because = projector
+        .service
+        .log_records()
+        .into_iter()
+        .find(|record| record["fields"]["message"] == POSTGRES_LOST)
+        .map(|record| record["fields"]["error"].to_string())
+        .unwrap_or_default();
     server.start().await;
     let back = eventually(WITHIN, || async { logged(&projector, POSTGRES_BACK) == 1 }).await;
 
     assert!(retried, "the batch was retried at least 3 times:\n{}", projector.service.stderr());
     assert_eq!(lost_while_down, 1, "one line for the loss:\n{}", projector.service.stderr());
+    assert!(lost_because.contains("Connection refused"), "the real cause, not the pool's timeout: {lost_because}");
     assert!(back, "one line when back:\n{}", projector.service.stderr());
     assert_eq!(logged(&projector, POSTGRES_LOST), 1, "{}", projector.service.stderr());
     projector.stop().await;
