@@ -32,6 +32,9 @@ pub enum ProjectorError {
     /// operator must not read its success as "nothing left to fix".
     #[error("{0} dead letter(s) still break the contract; correct the events upstream and publish them again")]
     DeadLettersStillFail(usize),
+    /// `status` could not read what NATS or PostgreSQL holds (it printed the rest).
+    #[error("status is incomplete: {0} could not be read (see the output)")]
+    StatusIncomplete(String),
     /// A listen address could not be bound.
     #[error("{setting} {address}: {source}")]
     Listen {

@@ -21,6 +21,11 @@ pub mod names {
     pub const LAST_VERIFY_TIME: &str = "lectern_projector_last_verify_timestamp_seconds";
     pub const LAST_VERIFY_DRIFTED: &str = "lectern_projector_last_verify_drifted_records";
     pub const LAST_VERIFY_OUTCOME: &str = "lectern_projector_last_verify_outcome";
+    pub const NATS_CONNECTED: &str = "lectern_projector_nats_connected";
+    pub const DEAD_LETTERS: &str = "lectern_projector_dead_letters";
+    pub const PUBLISH_TO_COMMIT: &str = lectern_runtime::server::PUBLISH_TO_COMMIT;
+    pub const STREAM_BEHIND_SECONDS: &str = "lectern_projector_stream_behind_seconds";
+    pub const STREAM_BEHIND_MESSAGES: &str = "lectern_projector_stream_behind_messages";
 }
 
 /// Counts a committed batch: applied events by type (`contact.created`, …), dead
@@ -91,6 +96,31 @@ pub fn record_last_verification(finished_at: f64, drifted: i64, last_outcome: &s
         metrics::gauge!(names::LAST_VERIFY_OUTCOME, "outcome" => outcome)
             .set(f64::from(u8::from(last_outcome == outcome)));
     }
+}
+
+/// Whether the NATS connection is up (1) or lost (0).
+pub fn record_nats_connected(connected: bool) {
+    metrics::gauge!(names::NATS_CONNECTED).set(f64::from(u8::from(connected)));
+}
+
+/// The dead letters stored (the table's rows, whichever process stored them).
+pub fn record_dead_letters(stored: i64) {
+    metrics::gauge!(names::DEAD_LETTERS).set(stored as f64);
+}
+
+/// For each event of a committed batch, the time from its publication (JetStream's
+/// timestamp) to the batch's commit.
+pub fn record_publish_to_commit(waits: impl Iterator<Item = Duration>) {
+    let histogram = metrics::histogram!(names::PUBLISH_TO_COMMIT);
+    for waited in waits {
+        histogram.record(waited.as_secs_f64());
+    }
+}
+
+/// How far the read model is behind the stream ([`crate::daemon::staleness`]).
+pub fn record_stream_behind(age: Duration, messages: u64) {
+    metrics::gauge!(names::STREAM_BEHIND_SECONDS).set(age.as_secs_f64());
+    metrics::gauge!(names::STREAM_BEHIND_MESSAGES).set(messages as f64);
 }
 
 /// `changes.<workspace>.<entity>.<id>` → `<entity>`, bounded to the two known entities

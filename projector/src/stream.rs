@@ -49,9 +49,11 @@ pub fn servers(urls: &str) -> Result<Vec<ServerAddr>, ProjectorError> {
 }
 
 /// Connects to the NATS servers `urls` names and keeps reconnecting, to any of them or
-/// to the other servers of their cluster, for as long as the process lives.
+/// to the other servers of their cluster, for as long as the process lives; the
+/// connection's losses and returns are logged and shown by a gauge.
 pub async fn connect(urls: &str) -> Result<async_nats::Client, ProjectorError> {
-    connect_with(urls, async_nats::ConnectOptions::new().retry_on_initial_connect()).await
+    let options = crate::daemon::connections::watch_nats(async_nats::ConnectOptions::new());
+    connect_with(urls, options.retry_on_initial_connect()).await
 }
 
 /// Connects once to one of the servers `urls` names, for a command that should say at

@@ -4,11 +4,13 @@
 //! (metrics, health, readiness) and the `healthcheck` probe.
 //!
 //! # Layout
+//! - [`database_check`]: a readiness probe's statement, and why PostgreSQL did not answer it.
 //! - [`json_log`]: log lines as JSON, written without an intermediate value.
 //! - [`probe`]: the `healthcheck` command's request to a readiness endpoint.
 //! - [`process`]: a command's edges: stopping on a signal, writing its output.
 //! - [`server`]: the operations listener: `/metrics`, `/healthz`, `/readyz`.
 
+pub mod database_check;
 pub mod json_log;
 pub mod probe;
 pub mod process;

@@ -20,6 +20,13 @@ const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 /// Buckets for the projector's batch sizes (events per transaction).
 const BATCH_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0];
 
+/// The projector's publish-to-commit histogram, which has buckets of its own.
+pub const PUBLISH_TO_COMMIT: &str = "lectern_projector_publish_to_commit_seconds";
+/// Its buckets (seconds): from a healthy few milliseconds to the minutes of an outage's
+/// backlog, so that an alert on its tail can tell them apart.
+const PUBLISH_TO_COMMIT_BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// The process's Prometheus recorder, installed on first use. Both binaries may run
@@ -32,6 +39,11 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
                 .and_then(|builder| {
                     builder.set_buckets_for_metric(Matcher::Suffix("_batch_size".to_owned()), BATCH_BUCKETS)
+                })
+                // A full name is matched before any suffix.
+                .and_then(|builder| {
+                    builder
+                        .set_buckets_for_metric(Matcher::Full(PUBLISH_TO_COMMIT.to_owned()), PUBLISH_TO_COMMIT_BUCKETS)
                 });
             match builder.and_then(PrometheusBuilder::install_recorder) {
                 Ok(handle) => Some(handle),

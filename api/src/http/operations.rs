@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
+use lectern_runtime::database_check::answer_within;
+use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck};
 use sqlx::PgPool;
 
 use crate::app::AppState;
@@ -18,9 +19,9 @@ use crate::reads::replicas::Reads;
 /// replica is out of the rotation (the primary and the others serve its reads).
 pub async fn readiness(pool: &PgPool, listener: &ListenerHealth, reads: &Reads) -> Result<Degraded, Problems> {
     let query = sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(pool);
-    let applied: Vec<i64> = tokio::time::timeout(DEPENDENCY_TIMEOUT, query)
+    let applied: Vec<i64> = answer_within(pool, query)
         .await
-        .map_err(|_| vec![format!("PostgreSQL did not answer within {DEPENDENCY_TIMEOUT:?}")])?
+        .map_err(|no_answer| vec![no_answer])?
         .map_err(|error| vec![describe_database_problem(&error)])?;
     let missing: Vec<String> = reads::MIGRATOR
         .iter()

@@ -1,4 +1,4 @@
-//! `lectern-projector dead-letters list | retry`, as the operator reads them.
+//! `lectern-projector dead-letters list | retry | discard`, as the operator reads them.
 
 use sqlx::PgPool;
 
@@ -47,4 +47,23 @@ pub async fn retry(pool: &PgPool, id: Option<i64>, all: bool) -> Result<(), Proj
         0 => Ok(()),
         failing => Err(ProjectorError::DeadLettersStillFail(failing)),
     }
+}
+
+/// Removes the dead letter `id`, or every letter a newer version of its record replaced.
+pub async fn discard(pool: &PgPool, id: Option<i64>, superseded: bool) -> Result<(), ProjectorError> {
+    if superseded {
+        let outcome = dead_letters::discard_superseded(pool).await?;
+        let ids: Vec<String> = outcome.discarded.iter().map(ToString::to_string).collect();
+        return write_stdout(&format!(
+            "{} superseded dead letter(s) discarded{}; {} kept (discard them by id once nothing is left to fix)\n",
+            ids.len(),
+            if ids.is_empty() { String::new() } else { format!(": {}", ids.join(", ")) },
+            outcome.kept
+        ));
+    }
+    let id = id.unwrap_or_default();
+    if !dead_letters::discard(pool, id).await? {
+        return Err(ProjectorError::Usage(format!("no dead letter with id {id}")));
+    }
+    write_stdout(&format!("dead letter {id} discarded\n"))
 }

@@ -4,7 +4,7 @@
 //! # Layout
 //! - [`status`]: what `status` prints.
 //! - [`publish`]: events checked and published (`publish`).
-//! - [`dead_letters`]: the dead letters as `dead-letters list | retry` show them.
+//! - [`dead_letters`]: the dead letters as `dead-letters list | retry | discard` show them.
 
 mod dead_letters;
 mod publish;
@@ -46,7 +46,7 @@ enum Command {
     /// Build the read model again from the stream beside the live one, then fold it in:
     /// only the records that differ change (and reach the changes feed). Resumable.
     Rebuild(RebuildArgs),
-    /// Inspect and retry messages that broke the contract.
+    /// Inspect, retry and discard messages that broke the contract.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
     /// Publish change events (JSON, one per file or one per line on stdin) to their subjects.
@@ -185,6 +185,19 @@ enum DeadLettersCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Remove a dead letter without applying it, or every one a newer version of its
+    /// record replaced.
+    Discard {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        /// The dead letter to discard.
+        #[arg(required_unless_present = "superseded", conflicts_with = "superseded")]
+        id: Option<i64>,
+        /// Discard every letter whose record the read model holds at the letter's version
+        /// or later (a corrected event replaced it).
+        #[arg(long)]
+        superseded: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -221,6 +234,9 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
         Command::DeadLetters(DeadLettersCommand::Retry { database, id, all }) => {
             dead_letters::retry(&connect(&database).await?, id, all).await
         }
+        Command::DeadLetters(DeadLettersCommand::Discard { database, id, superseded }) => {
+            dead_letters::discard(&connect(&database).await?, id, superseded).await
+        }
         Command::Publish(args) => publish::publish(args).await,
         Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(ProjectorError::Unhealthy),
     }
@@ -248,13 +264,16 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone(), "shutting down: finishing the batch in hand"));
     let stopped = shutdown.clone();
-    let batches = stuck::Batches::new(std::time::Duration::from_secs(args.stuck_after));
+    let watched = operations::Watched {
+        batches: stuck::Batches::new(std::time::Duration::from_secs(args.stuck_after)),
+        ..operations::Watched::default()
+    };
     let operations_task = tokio::spawn(operations_server.run(
-        operations::readiness_check(client.clone(), pool.clone(), batches.clone()),
-        operations::before_scrape(batches.clone()),
+        operations::readiness_check(client.clone(), pool.clone(), watched.batches.clone()),
+        operations::before_scrape(watched.clone()),
         async move { stopped.cancelled().await },
     ));
-    tokio::spawn(operations::export_last_verification(pool.clone(), shutdown.clone()));
+    tokio::spawn(operations::export_from_the_database(pool.clone(), shutdown.clone()));
     let settings = RunSettings {
         batch_size: usize::from(args.batch_size),
         concurrent_batches: usize::from(args.concurrent_batches),
@@ -265,7 +284,7 @@ async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
         stream_replicas: usize::from(args.nats.stream_replicas),
         ..RunSettings::default()
     };
-    let consumed = consumer::run_watched(client, pool, settings, batches, shutdown.clone()).await;
+    let consumed = consumer::run_watched(client, pool, settings, watched, shutdown.clone()).await;
     shutdown.cancel();
     if let Ok(Err(error)) = operations_task.await {
         tracing::warn!(%error, "the operations listener stopped with an error");

@@ -1,60 +1,150 @@
 //! `lectern-projector status`: the stream, the consumer, what is stuck, the dead letters,
 //! the last verify and a rebuild under way, in one look.
+//!
+//! NATS and PostgreSQL are read apart: during an outage of one, what the other holds is
+//! still shown, what could not be read is named with its cause, and the command exits 1.
 
 use async_nats::jetstream;
 
-use super::{connect, write_stdout, Output, StatusArgs};
+use super::{connect, write_stdout, DatabaseArgs, NatsArgs, Output, StatusArgs};
 use crate::daemon::{ledger, stuck};
 use crate::dead_letters::printable;
 use crate::error::ProjectorError;
 use crate::repair::{dead_letters, rebuild, verify};
 use crate::stream::{self, ensure_consumer, ensure_stream};
 
+/// What NATS says: the stream, the consumer, the stuck batches reported.
+struct FromNats {
+    last_sequence: u64,
+    consumer: jetstream::consumer::Info,
+    stuck: Vec<stuck::HeldBatch>,
+}
+
+/// What PostgreSQL holds: the dead letters, the last verify, a rebuild under way.
+struct FromDatabase {
+    pool: sqlx::PgPool,
+    dead_letters: i64,
+    last_verify: Option<verify::report::LastVerification>,
+    rebuild: Option<rebuild::shadow::UnderWay>,
+}
+
 pub async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
-    let client = stream::connect_once(&args.nats.nats_url).await?;
+    let (nats, database) = tokio::join!(from_nats(&args.nats), from_database(&args.database));
+    let unavailable: Vec<(&str, String)> = [
+        ("NATS", nats.as_ref().err().map(|error| lectern_runtime::with_causes(error))),
+        ("PostgreSQL", database.as_ref().err().map(|error| lectern_runtime::with_causes(error))),
+    ]
+    .into_iter()
+    .filter_map(|(what, error)| error.map(|error| (what, error)))
+    .collect();
+    let (nats, database) = (nats.ok(), database.ok());
+    // What the database lacks of what JetStream saw acknowledged: needs both.
+    let mut not_held = None;
+    if let (Some(nats), Some(database)) = (&nats, &database) {
+        not_held = ledger::not_held(&database.pool, nats.consumer.ack_floor.stream_sequence).await?;
+    }
+    match args.output {
+        Output::Json => {
+            let mut json = json(nats.as_ref(), database.as_ref(), &unavailable);
+            json["acknowledgedNotHeld"] = serde_json::json!(not_held);
+            write_stdout(&format!("{json}\n"))?;
+        }
+        Output::Text => {
+            let not_held =
+                if nats.is_some() && database.is_some() { describe_not_held(not_held) } else { String::new() };
+            write_stdout(&text(nats.as_ref(), database.as_ref(), &not_held, &unavailable))?;
+        }
+    }
+    if unavailable.is_empty() {
+        Ok(())
+    } else {
+        Err(ProjectorError::StatusIncomplete(
+            unavailable.iter().map(|(what, _)| *what).collect::<Vec<_>>().join(" and "),
+        ))
+    }
+}
+
+async fn from_nats(args: &NatsArgs) -> Result<FromNats, ProjectorError> {
+    let client = stream::connect_once(&args.nats_url).await?;
     let jetstream = jetstream::new(client);
-    let mut stream = ensure_stream(&jetstream, usize::from(args.nats.stream_replicas)).await?;
+    let mut stream = ensure_stream(&jetstream, usize::from(args.stream_replicas)).await?;
     let mut consumer = ensure_consumer(&stream).await?;
     let last_sequence =
         stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
-    let info = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
+    let consumer = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
     let stuck = stuck::reported(&jetstream).await?;
-    let pool = connect(&args.database).await?;
-    let not_held = ledger::not_held(&pool, info.ack_floor.stream_sequence).await?;
-    let dead = dead_letters::count(&pool).await?;
-    let last_verify = verify::report::last(&pool).await?;
-    let rebuild = rebuild::shadow::under_way(&pool).await?;
-    let status = serde_json::json!({
+    Ok(FromNats { last_sequence, consumer, stuck })
+}
+
+async fn from_database(args: &DatabaseArgs) -> Result<FromDatabase, ProjectorError> {
+    let pool = connect(args).await?;
+    Ok(FromDatabase {
+        pool: pool.clone(),
+        dead_letters: dead_letters::count(&pool).await?,
+        last_verify: verify::report::last(&pool).await?,
+        rebuild: rebuild::shadow::under_way(&pool).await?,
+    })
+}
+
+/// One JSON object; each field that could not be read is null, and `unavailable` names
+/// why.
+fn json(nats: Option<&FromNats>, database: Option<&FromDatabase>, unavailable: &[(&str, String)]) -> serde_json::Value {
+    serde_json::json!({
         "stream": stream::STREAM,
         "consumer": stream::CONSUMER,
-        "lastSequence": last_sequence,
-        "ackFloor": info.ack_floor.stream_sequence,
-        "pending": info.num_pending,
-        "unacknowledged": info.num_ack_pending,
-        "acknowledgedNotHeld": not_held,
-        "deadLetters": dead,
-        "stuckBatches": stuck,
-        "lastVerify": last_verify,
-        "rebuild": rebuild,
-    });
-    match args.output {
-        Output::Json => write_stdout(&format!("{status}\n")),
-        Output::Text => write_stdout(&format!(
-            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\n{}dead letters {}\nstuck batches {}\n{}{}{}\n",
+        "lastSequence": nats.map(|nats| nats.last_sequence),
+        "ackFloor": nats.map(|nats| nats.consumer.ack_floor.stream_sequence),
+        "pending": nats.map(|nats| nats.consumer.num_pending),
+        "unacknowledged": nats.map(|nats| nats.consumer.num_ack_pending),
+        "deadLetters": database.map(|database| database.dead_letters),
+        "stuckBatches": nats.map(|nats| &nats.stuck),
+        "lastVerify": database.and_then(|database| database.last_verify.as_ref()),
+        "rebuild": database.and_then(|database| database.rebuild.as_ref()),
+        "unavailable": unavailable
+            .iter()
+            .map(|(what, why)| ((*what).to_owned(), serde_json::Value::from(why.as_str())))
+            .collect::<serde_json::Map<_, _>>(),
+    })
+}
+
+/// The text; `not_held` is the line on what the database lacks, after the consumer's.
+fn text(
+    nats: Option<&FromNats>,
+    database: Option<&FromDatabase>,
+    not_held: &str,
+    unavailable: &[(&str, String)],
+) -> String {
+    let mut text = String::new();
+    if let Some(nats) = nats {
+        text.push_str(&format!(
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\n",
             stream::STREAM,
-            last_sequence,
+            nats.last_sequence,
             stream::CONSUMER,
-            info.ack_floor.stream_sequence,
-            info.num_pending,
-            info.num_ack_pending,
-            describe_not_held(not_held),
-            dead,
-            stuck.len(),
-            stuck.iter().map(describe_stuck).collect::<String>(),
-            last_verify.map_or_else(|| "no verify recorded".to_owned(), |last| last.describe()),
-            rebuild.map_or_else(String::new, |under_way| format!("\n{}", under_way.describe()))
-        )),
+            nats.consumer.ack_floor.stream_sequence,
+            nats.consumer.num_pending,
+            nats.consumer.num_ack_pending,
+        ));
     }
+    text.push_str(not_held);
+    if let Some(database) = database {
+        text.push_str(&format!("dead letters {}\n", database.dead_letters));
+    }
+    if let Some(nats) = nats {
+        text.push_str(&format!("stuck batches {}\n", nats.stuck.len()));
+        text.extend(nats.stuck.iter().map(describe_stuck));
+    }
+    if let Some(database) = database {
+        text.push_str(
+            &database.last_verify.as_ref().map_or_else(|| "no verify recorded".to_owned(), |last| last.describe()),
+        );
+        text.push('\n');
+        text.extend(database.rebuild.as_ref().map(|under_way| format!("{}\n", under_way.describe())));
+    }
+    for (what, why) in unavailable {
+        text.push_str(&format!("{what} unavailable, not shown: {}\n", printable(why)));
+    }
+    text
 }
 
 /// The events acknowledged that the database does not hold, when there are any: the

@@ -20,7 +20,7 @@
 //! acknowledged before the loop returns.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -30,13 +30,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, CommitMode, Received};
+use crate::daemon::connections;
 use crate::daemon::durable_acks::DurableAcks;
 use crate::daemon::in_hand::InHand;
 use crate::daemon::ledger;
+use crate::daemon::operations::Watched;
 use crate::daemon::pending_lists;
 use crate::daemon::pull::{pull, PullSize};
-use crate::daemon::stuck;
 use crate::daemon::workspace_indexes::{self, OwnIndexSettings};
+use crate::daemon::{staleness, stuck};
 use crate::error::ProjectorError;
 use crate::stream::{ensure_consumer, ensure_stream};
 
@@ -94,18 +96,19 @@ pub async fn run(
     settings: RunSettings,
     shutdown: CancellationToken,
 ) -> Result<(), ProjectorError> {
-    run_watched(client, pool, settings, stuck::Batches::default(), shutdown).await
+    run_watched(client, pool, settings, Watched::default(), shutdown).await
 }
 
-/// [`run`], its batches in hand watched through `batches`, which readiness and the
-/// metrics read too.
+/// [`run`], its batches in hand and how far it is behind the stream kept in `watched`,
+/// which readiness and the metrics read.
 pub async fn run_watched(
     client: async_nats::Client,
     pool: PgPool,
     settings: RunSettings,
-    batches: stuck::Batches,
+    watched: Watched,
     shutdown: CancellationToken,
 ) -> Result<(), ProjectorError> {
+    let Watched { batches, staleness } = watched;
     let jetstream = jetstream::new(client.clone());
     let mut backoff = Backoff::default();
     let (stream, consumer) = loop {
@@ -132,6 +135,7 @@ pub async fn run_watched(
     let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
     let indexer = tokio::spawn(workspace_indexes::maintain(pool.clone(), settings.own_indexes, shutdown.clone()));
     let reporter = tokio::spawn(batches.clone().report(jetstream.clone(), shutdown.clone()));
+    let looker = tokio::spawn(staleness.watch(stream.clone(), consumer.clone(), shutdown.clone()));
     let ledger = tokio::spawn(ledger::keep(pool.clone(), stream, consumer.clone(), shutdown.clone()));
     let durable_acks = DurableAcks::default();
     // Not `shutdown`: the barriers go on until the last batch's messages are acknowledged.
@@ -193,6 +197,7 @@ pub async fn run_watched(
     merger.abort();
     indexer.abort();
     ledger.abort();
+    looker.abort();
     // Ends by itself with `shutdown`, withdrawing any report it made.
     let _ = reporter.await;
     acks_finished.cancel();
@@ -240,6 +245,10 @@ async fn apply_until_committed(
             payload: message.payload.to_vec(),
         })
         .collect();
+    let published: Vec<SystemTime> = messages
+        .iter()
+        .filter_map(|message| message.info().ok().map(|info| staleness::system_time(info.published)))
+        .collect();
     let tracked = batches.track(received.first().map_or(0, |message| message.stream_sequence), received.len());
     let mut backoff = Backoff::default();
     let committed_witness = loop {
@@ -249,7 +258,12 @@ async fn apply_until_committed(
         let mode = if witness.is_some() { CommitMode::BeforeFlush } else { CommitMode::Flushed };
         match apply_batch(pool, &received, mode).await {
             Ok(applied) => {
+                let committed_at = SystemTime::now();
+                connections::postgres_answered();
                 crate::metrics::record_batch(received.len(), started.elapsed());
+                crate::metrics::record_publish_to_commit(
+                    published.iter().map(|at| committed_at.duration_since(*at).unwrap_or_default()),
+                );
                 tracing::debug!(events = applied.events, dead_letters = applied.dead_letters, "batch committed");
                 if applied.dead_letters > 0 {
                     tracing::warn!(count = applied.dead_letters, "messages broke the contract; stored as dead letters");
@@ -259,6 +273,7 @@ async fn apply_until_committed(
             Err(error) => {
                 tracing::warn!(%error, messages = received.len(), "applying a batch failed; retrying, nothing acknowledged");
                 crate::metrics::record_retry();
+                connections::postgres_failed(pool, &error).await;
                 tracked.failed(&error);
                 if backoff.wait_or_stop(shutdown).await {
                     return false;

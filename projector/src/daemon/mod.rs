@@ -10,8 +10,11 @@
 //! - [`ledger`]: what the read model holds of the stream, and the events it lost applied again.
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
+//! - [`staleness`]: how far the read model is behind the stream, even while NATS is away.
+//! - [`connections`]: NATS and PostgreSQL lost and back, in the log and a gauge.
 //! - [`operations`]: readiness, and the operations listener's wiring.
 
+pub mod connections;
 pub mod consumer;
 pub mod durable_acks;
 pub mod in_hand;
@@ -19,5 +22,6 @@ pub mod ledger;
 pub mod operations;
 pub mod pending_lists;
 pub mod pull;
+pub mod staleness;
 pub mod stuck;
 pub mod workspace_indexes;

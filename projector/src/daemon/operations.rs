@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use async_nats::connection::State;
-use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck, DEPENDENCY_TIMEOUT};
+use lectern_runtime::database_check::answer_within;
+use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::daemon::stuck;
+use crate::daemon::{connections, staleness, stuck};
 
 /// Ready when the NATS connection is up, PostgreSQL answers a statement and no batch is
 /// stuck: a stuck batch's events are not becoming visible, whatever the connections say.
@@ -21,10 +22,16 @@ pub async fn readiness(
     if client.connection_state() != State::Connected {
         problems.push(format!("not connected to NATS (connection {})", describe(client.connection_state())));
     }
-    match tokio::time::timeout(DEPENDENCY_TIMEOUT, sqlx::query("select 1").execute(pool)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => problems.push(format!("PostgreSQL is unreachable: {error}")),
-        Err(_) => problems.push(format!("PostgreSQL is unreachable: no answer within {DEPENDENCY_TIMEOUT:?}")),
+    match answer_within(pool, sqlx::query("select 1").execute(pool)).await {
+        Ok(Ok(_)) => connections::postgres_answered(),
+        Ok(Err(error)) => {
+            connections::postgres_failed(pool, &error).await;
+            problems.push(format!("PostgreSQL is unreachable: {error}"));
+        }
+        Err(no_answer) => {
+            connections::postgres_lost(&no_answer);
+            problems.push(no_answer);
+        }
     }
     problems.extend(batches.problem());
     if problems.is_empty() {
@@ -52,18 +59,30 @@ pub fn readiness_check(client: async_nats::Client, pool: PgPool, batches: stuck:
     })
 }
 
-/// Before a scrape, the stuck-batches gauge (a batch becomes stuck by time passing, not
-/// by anything happening); every other projector metric is recorded as it happens.
-pub fn before_scrape(batches: stuck::Batches) -> BeforeScrape {
-    Arc::new(move || batches.record_gauge())
+/// What the run loop keeps for readiness and the metrics to read.
+#[derive(Clone, Default)]
+pub struct Watched {
+    pub batches: stuck::Batches,
+    pub staleness: staleness::Staleness,
 }
 
-/// How often the running projector reads the last verify for its metrics.
-const LAST_VERIFICATION_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+/// Before a scrape, the gauges that change by time passing, not by anything happening:
+/// stuck batches and how far behind the stream the read model is. Every other projector
+/// metric is recorded as it happens.
+pub fn before_scrape(watched: Watched) -> BeforeScrape {
+    Arc::new(move || {
+        watched.batches.record_gauge();
+        watched.staleness.record_gauges();
+    })
+}
 
-/// Exports the last verify recorded (by whichever process ran it) as metrics, until
-/// `shutdown`.
-pub async fn export_last_verification(pool: PgPool, shutdown: CancellationToken) {
+/// How often the running projector reads what the database holds for its metrics.
+const FROM_THE_DATABASE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Exports what the database holds for every process (the last verify recorded, the
+/// dead letters stored) as metrics, until `shutdown`: read from the tables, so a restart
+/// or another projector does not change what they say.
+pub async fn export_from_the_database(pool: PgPool, shutdown: CancellationToken) {
     loop {
         match crate::repair::verify::report::last(&pool).await {
             Ok(Some(last)) => crate::metrics::record_last_verification(
@@ -74,9 +93,13 @@ pub async fn export_last_verification(pool: PgPool, shutdown: CancellationToken)
             Ok(None) => {}
             Err(error) => tracing::debug!(%error, "reading the last verify for the metrics"),
         }
+        match crate::repair::dead_letters::count(&pool).await {
+            Ok(stored) => crate::metrics::record_dead_letters(stored),
+            Err(error) => tracing::debug!(%error, "counting the dead letters for the metrics"),
+        }
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(LAST_VERIFICATION_EVERY) => {}
+            () = tokio::time::sleep(FROM_THE_DATABASE_EVERY) => {}
         }
     }
 }

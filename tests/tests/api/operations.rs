@@ -12,6 +12,7 @@ use lectern_api::reads::{lazy_pool, PoolSettings};
 use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::free_port;
+use lectern_tests::postgres::TestPostgres;
 use lectern_tests::process::{Metrics, Service};
 use lectern_tests::seed::{create_key, TEST_PEPPER};
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
@@ -192,6 +193,30 @@ async fn readyz_answers_503_within_a_bounded_time_while_the_database_hangs() {
     assert_eq!(reply.body["status"], "not ready", "{}", reply.text);
     assert!(!problems(&reply).is_empty(), "{}", reply.text);
     assert!(started.elapsed() < READINESS_BOUND);
+}
+
+/// Rule: readiness names the real cause: with every connection slot of PostgreSQL taken,
+/// /readyz quotes PostgreSQL's refusal ("too many clients"), not a bare timeout.
+#[tokio::test]
+async fn readyz_names_postgresqls_refusal_when_its_connections_are_exhausted() {
+    // Five slots, all of them superuser-usable, taken by the test before the app asks.
+    let server = TestPostgres::start_new_with("max_connections = 5\nsuperuser_reserved_connections = 0\n").await;
+    let url = server.url_for("postgres");
+    let mut held = Vec::new();
+    while let Ok(connection) = PgConnection::connect(&url).await {
+        held.push(connection);
+        assert!(held.len() <= 5, "PostgreSQL accepted more connections than max_connections");
+    }
+    // The pool would wait far longer than the probe for a slot to free up.
+    let pool = lazy_pool(&url, &pool_settings(Duration::from_secs(60))).expect("pool options");
+    let app = TestApp::spawn_without_database(pool).await;
+
+    let reply = tokio::time::timeout(READINESS_BOUND, get(&app, "/readyz")).await.expect("/readyz answers");
+
+    assert_eq!(reply.status, 503, "{}", reply.text);
+    let problems = problems(&reply).join("\n");
+    assert!(problems.contains("too many clients"), "PostgreSQL's own refusal is quoted: {problems}");
+    drop(held);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -686,6 +711,30 @@ async fn the_cause_of_a_5xx_is_logged_with_the_request_id_the_client_was_given()
     assert!(cause["fields"]["error"].as_str().is_some_and(|error| !error.is_empty()), "no cause: {cause}");
     let ended = service.terminate(PROCESS_TIMEOUT).await;
     assert_eq!(ended.code, Some(0), "{}", ended.stderr);
+}
+
+/// The 5xx-rate alert of docs/operations.md ("Alerts"): more than this share of requests.
+const SERVER_ERROR_ALERT_SHARE: f64 = 0.05;
+
+/// Rule (alert "API answering 5xx"): with PostgreSQL unreachable the API's answers are
+/// 503s, and the share of 5xx among the counted requests passes the alert's threshold.
+#[tokio::test]
+async fn the_5xx_share_passes_its_alert_threshold_while_postgresql_is_unreachable() {
+    let serve = Serve::start_on("postgres://postgres@127.0.0.1:1/nowhere", &[]).await;
+    let key = format!("lk_live_{}_{}", "A".repeat(16), "B".repeat(43));
+
+    for _ in 0..3 {
+        serve.get(Some(&key), "/v1/contacts").await.assert_error(503, "SERVICE_UNAVAILABLE");
+    }
+    let metrics = serve.metrics().await;
+
+    let requests = metrics.matching(REQUESTS, &[]);
+    let all: f64 = requests.iter().map(|sample| sample.value).sum();
+    let failed: f64 =
+        requests.iter().filter(|sample| sample.labels["status"].starts_with('5')).map(|sample| sample.value).sum();
+    assert!(failed >= 3.0, "the 503s are counted:\n{}", metrics.text);
+    assert!(failed / all > SERVER_ERROR_ALERT_SHARE, "{failed} of {all}:\n{}", metrics.text);
+    serve.stop().await;
 }
 
 /// With transparent huge pages, every 2 MiB page holding one live object stays resident

@@ -436,3 +436,67 @@ async fn retry_of_an_unknown_id_exits_non_zero_and_says_so() {
     assert!(dead_letter_exists(&db.pool, known).await, "retrying an unknown id touched another dead letter");
     projector.stop().await;
 }
+
+// --------------------------------------------------------------------- discard
+
+/// Rule: `discard <id>` removes that letter, applies nothing and leaves the others.
+#[tokio::test]
+async fn discard_removes_the_one_letter_named_without_applying_it() {
+    let db = TestDatabase::create().await;
+    let (workspace, contact) = (Uuid::new_v4(), Uuid::new_v4());
+    let payload = contact_event("created", workspace, contact, 1, "Would pass").to_string().into_bytes();
+    let discarded = insert_dead_letter(&db.pool, &contact_subject(workspace, contact), 1, &payload).await;
+    let other = insert_dead_letter(&db.pool, &contact_subject(workspace, Uuid::new_v4()), 2, b"{").await;
+
+    let run = dead_letters_cli(&db, &["discard", &discarded.to_string()]).await;
+
+    run.assert_success();
+    assert!(run.stdout.contains(&format!("dead letter {discarded} discarded")), "{run:#?}");
+    assert!(!dead_letter_exists(&db.pool, discarded).await, "the letter is still stored");
+    assert!(dead_letter_exists(&db.pool, other).await, "another letter went too");
+    assert_eq!(record_count(&db.pool).await, 0, "a discarded letter is not applied");
+}
+
+/// Rule: `discard` of an id no letter has exits 1 naming the id.
+#[tokio::test]
+async fn discard_of_an_unknown_id_exits_1_and_names_it() {
+    let db = TestDatabase::create().await;
+    let known = insert_dead_letter(&db.pool, &contact_subject(Uuid::new_v4(), Uuid::new_v4()), 1, b"{").await;
+    let unknown = (known + 1000).to_string();
+
+    let run = dead_letters_cli(&db, &["discard", &unknown]).await;
+
+    run.assert_one_line_error(Some(1), &[&unknown]);
+    assert!(dead_letter_exists(&db.pool, known).await);
+}
+
+/// Rule: `discard --superseded` removes exactly the letters whose record the read model
+/// holds at their version or later, and keeps a letter of a newer version, one whose
+/// record it lacks and one that does not say its version.
+#[tokio::test]
+async fn discard_superseded_removes_the_letters_a_newer_version_of_their_record_replaced_and_keeps_the_rest() {
+    let nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let projector = RunningProjector::start_consuming(&nats.url, db.pool.clone()).await;
+    let (workspace, contact) = (Uuid::new_v4(), Uuid::new_v4());
+    publish(&nats.client().await, &contact_event("created", workspace, contact, 2, "Corrected")).await;
+    assert!(eventually(CATCH_UP, || async { contact_row(&db.pool, workspace, contact).await.is_some() }).await);
+    let subject = contact_subject(workspace, contact);
+    let broken = |version| contact_event("updated", workspace, contact, version, "").to_string().into_bytes();
+    let same_version = insert_dead_letter(&db.pool, &subject, 1_000_000, &broken(2)).await;
+    let older = insert_dead_letter(&db.pool, &subject, 1_000_001, &broken(1)).await;
+    let newer = insert_dead_letter(&db.pool, &subject, 1_000_002, &broken(3)).await;
+    let no_version = insert_dead_letter(&db.pool, &subject, 1_000_003, b"not json").await;
+    let other_record = contact_subject(workspace, Uuid::new_v4());
+    let no_record = insert_dead_letter(&db.pool, &other_record, 1_000_004, &broken(1)).await;
+
+    let run = dead_letters_cli(&db, &["discard", "--superseded"]).await;
+
+    run.assert_success();
+    assert!(run.stdout.starts_with("2 superseded dead letter(s) discarded"), "{run:#?}");
+    assert!(run.stdout.contains("3 kept"), "{run:#?}");
+    for (id, kept) in [(same_version, false), (older, false), (newer, true), (no_version, true), (no_record, true)] {
+        assert_eq!(dead_letter_exists(&db.pool, id).await, kept, "letter {id}: {run:#?}");
+    }
+    projector.stop().await;
+}

@@ -3,6 +3,7 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod alerts;
 mod apply_rules;
 mod cluster;
 mod commands;
@@ -15,6 +16,7 @@ mod durable_acks;
 mod end_to_end;
 mod feed_convergence;
 mod operations;
+mod outages;
 mod pending_lists;
 mod process;
 mod rebuild;

@@ -99,7 +99,7 @@ async fn healthcheck(url: &str) -> Run {
 }
 
 /// Whether every message published so far was applied, committed and acknowledged.
-async fn all_acknowledged(client: &async_nats::Client) -> bool {
+pub(crate) async fn all_acknowledged(client: &async_nats::Client) -> bool {
     let Ok(mut stream) = jetstream::new(client.clone()).get_stream(STREAM).await else { return false };
     let Ok(last_sequence) = stream.info().await.map(|info| info.state.last_sequence) else { return false };
     let Ok(consumer) = stream.consumer_info(CONSUMER).await else { return false };
