@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use async_nats::jetstream::context::PublishErrorKind;
 use lectern_projector::daemon::consumer::{self, RunSettings};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -86,8 +87,23 @@ pub async fn publish_raw(client: &async_nats::Client, subject: &str, payload: Ve
     lectern_projector::stream::ensure_stream(&jetstream, lectern_projector::stream::DEFAULT_STREAM_REPLICAS)
         .await
         .expect("stream");
-    jetstream.publish(subject.to_owned(), payload.into()).await.expect("publish").await.expect("publish ack");
+    // Just after a stream is created (by this call or a projector starting beside it), the
+    // server may not yet route its subjects to it: the publish gets "no responders", which
+    // async-nats reports as StreamNotFound, and nothing was stored. Publish again then.
+    for attempt in 1.. {
+        let acked = jetstream.publish(subject.to_owned(), payload.clone().into()).await.expect("publish").await;
+        match acked {
+            Ok(_) => return,
+            Err(error) if error.kind() == PublishErrorKind::StreamNotFound && attempt < STREAM_ROUTED_ATTEMPTS => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("publish ack on {subject}: {error}"),
+        }
+    }
 }
+
+/// Publishes a new stream may answer "no responders" to before it takes them.
+const STREAM_ROUTED_ATTEMPTS: u32 = 50;
 
 /// A contact event; `data` for created/updated/restored, none for archived/deleted.
 pub fn contact_event(kind: &str, workspace: Uuid, id: Uuid, version: i64, name: &str) -> Value {
