@@ -92,11 +92,15 @@ pub fn record_stuck_batches(batches: usize) {
 pub fn record_last_verification(finished_at: f64, drifted: i64, last_outcome: &str) {
     metrics::gauge!(names::LAST_VERIFY_TIME).set(finished_at);
     metrics::gauge!(names::LAST_VERIFY_DRIFTED).set(drifted as f64);
-    for outcome in ["agreed", "drifted", "undecided"] {
+    for outcome in ["agreed", "drifted", "undecided", STALE_VERIFY] {
         metrics::gauge!(names::LAST_VERIFY_OUTCOME, "outcome" => outcome)
             .set(f64::from(u8::from(last_outcome == outcome)));
     }
 }
+
+/// The outcome the last-verify gauge gives a verify that ran before the database was
+/// restored or failed over: whatever it found, it says nothing about the rows now.
+pub const STALE_VERIFY: &str = "before_restore";
 
 /// Whether the NATS connection is up (1) or lost (0).
 pub fn record_nats_connected(connected: bool) {

@@ -88,7 +88,8 @@ pub async fn export_from_the_database(pool: PgPool, shutdown: CancellationToken)
             Ok(Some(last)) => crate::metrics::record_last_verification(
                 last.finished_at.timestamp_millis() as f64 / 1000.0,
                 last.drifted,
-                &last.outcome,
+                // A verify from before a restore or a failover says nothing about the rows now.
+                if last.in_this_history { &last.outcome } else { crate::metrics::STALE_VERIFY },
             ),
             Ok(None) => {}
             Err(error) => tracing::debug!(%error, "reading the last verify for the metrics"),

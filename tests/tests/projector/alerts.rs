@@ -174,12 +174,13 @@ async fn events_that_waited_in_the_stream_land_above_the_publish_to_commit_thres
     projector.stop().await;
 }
 
-/// Rules (alerts "last verify drifted" and "last verify too old"): a verify that found
-/// drift shows as drifted records above 0; one recorded as finished two days ago (a
-/// verify cannot be made to take 26 hours in a test) shows a timestamp older than the
-/// threshold.
+/// Rules (alerts "last verify drifted", "last verify too old" and "last verify from before
+/// a restore"): a verify that found drift shows as drifted records above 0; one recorded as
+/// finished two days ago (a verify cannot be made to take 26 hours in a test) shows a
+/// timestamp older than the threshold; one recorded in another history of the database
+/// (before a restore or a failover) shows as `outcome="before_restore"`, not as what it found.
 #[tokio::test]
-async fn a_drifted_verify_and_one_too_old_show_in_the_last_verify_gauges() {
+async fn a_drifted_verify_one_too_old_and_one_from_before_a_restore_show_in_the_last_verify_gauges() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let projector = Projector::start_with(&nats.url, &db.url, &[]).await;
@@ -213,5 +214,18 @@ async fn a_drifted_verify_and_one_too_old_show_in_the_last_verify_gauges() {
         drifted_metrics.text
     );
     assert!(too_old, "the timestamp never aged past the threshold:\n{}", projector.metrics().await.text);
+
+    // As after a restore or a failover: the verify was recorded in another history.
+    sqlx::query("update read_model_verifications set timeline = timeline + 1")
+        .execute(&db.pool)
+        .await
+        .expect("move the verify into another history");
+    let stale = eventually(WITHIN, || async {
+        let metrics = projector.metrics().await;
+        metrics.value("lectern_projector_last_verify_outcome", &[("outcome", "before_restore")]) == Some(1.0)
+            && metrics.value("lectern_projector_last_verify_outcome", &[("outcome", "drifted")]) == Some(0.0)
+    })
+    .await;
+    assert!(stale, "a verify from before a restore still shows its outcome:\n{}", projector.metrics().await.text);
     projector.stop().await;
 }
