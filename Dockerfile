@@ -1,7 +1,7 @@
-# syntax=docker/dockerfile:1
 # One image with Lectern's binaries: lectern-api and lectern-projector, and lectern-dev
 # for compose's optional demo seeder (compose.yaml picks which one a service runs). Build: `docker compose build`, or
-# `docker build -t lectern:local .` (needs BuildKit, the default since Docker 23).
+# `docker build -t lectern:local .` (needs BuildKit, the default since Docker 23, whose built-in Dockerfile frontend
+# reads `RUN --mount`: no `# syntax=` line, so an offline build pulls no frontend image).
 
 # --- build ------------------------------------------------------------------------
 # The toolchain is the workspace's rust-version (Cargo.toml); tests/tests/ops checks

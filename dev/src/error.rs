@@ -19,6 +19,9 @@ pub enum DevError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// `--nats-url`/`NATS_URL` names no server, or one that is no NATS URL.
+    #[error(transparent)]
+    NatsUrl(ProjectorError),
     /// The `CHANGES` stream could not be found or created (the projector's error says
     /// which, and why).
     #[error(transparent)]

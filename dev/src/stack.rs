@@ -85,7 +85,9 @@ pub async fn connect_nats(url: &str) -> Result<async_nats::Client, DevError> {
         url: lectern_runtime::nats_servers_without_credentials(url),
         source,
     };
-    let connecting = async_nats::ConnectOptions::new().name("lectern-dev").connect(url);
+    // The same list the projector takes: one server, or several of a cluster, comma-separated.
+    let servers = lectern_projector::stream::servers(url).map_err(DevError::NatsUrl)?;
+    let connecting = async_nats::ConnectOptions::new().name("lectern-dev").connect(servers);
     match tokio::time::timeout(NATS_CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(error)) => Err(unreachable(error.into())),

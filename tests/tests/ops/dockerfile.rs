@@ -434,3 +434,22 @@ fn dockerignore_patterns_match_as_docker_matches_them() {
     assert!(!ignored(".env.example", &patterns));
     assert!(!ignored("api/src/env.rs", &patterns));
 }
+
+/// The rule: the build pulls nothing but its base images. A `# syntax=` parser directive
+/// makes BuildKit pull that frontend image before anything else, so an offline build (or a
+/// mirror holding only the base images) fails on it alone; BuildKit's built-in frontend
+/// reads everything this Dockerfile uses (`RUN --mount` included).
+#[test]
+fn the_dockerfile_names_no_frontend_image_to_pull() {
+    let text = read("Dockerfile");
+    // Parser directives are `# key=value` lines before the first instruction or comment.
+    let directives = text.lines().take_while(|line| line.starts_with("# ") && line.contains('=')).collect::<Vec<_>>();
+    assert!(
+        !directives.iter().any(|line| line
+            .trim_start_matches("# ")
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("syntax")),
+        "the Dockerfile pulls a frontend image: {directives:?}"
+    );
+}

@@ -172,3 +172,17 @@ async fn the_demo_command_publishes_into_the_workspace_it_is_given() {
     }
     assert_eq!(subjects, events.iter().map(|event| event.subject.clone()).collect::<BTreeSet<_>>());
 }
+
+/// The rule: `lectern-dev` takes `NATS_URL` as the projector does, a comma-separated list of
+/// servers, and connects to one that answers: the first here is a port nobody listens on.
+#[tokio::test]
+async fn publish_demo_takes_a_comma_separated_nats_url_as_the_projector_does() {
+    let nats = TestNats::start().await;
+    let nobody = format!("nats://127.0.0.1:{}", lectern_tests::nats::free_port());
+    let servers = format!("{nobody},{}", nats.url);
+
+    let run = run_to_end(&lectern_dev(), &["publish-demo"], &[("NATS_URL", &servers)], WITHIN).await;
+
+    run.assert_success();
+    assert_eq!(stored_messages(&nats).await, u64::try_from(demo_events(DEMO_WORKSPACE).len()).expect("a count"));
+}
