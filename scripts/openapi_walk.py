@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 from openapi_core import OpenAPI
 from openapi_core.datatypes import RequestParameters
 from werkzeug.datastructures import Headers, ImmutableMultiDict
@@ -92,6 +93,15 @@ class Validator:
         self.requests = 0
         self.statuses = {}
         self.problems = []
+
+    def allows_request(self, method, path_and_query, key):
+        """Whether the document allows a request, sent nowhere."""
+        request = httpx.Request(method, f"http://lectern.invalid{path_and_query}", headers={"X-API-Key": key})
+        try:
+            self.openapi.validate_request(OpenApiRequest(request))
+            return True
+        except Exception:  # noqa: BLE001 - any refusal is the answer
+            return False
 
     def __call__(self, response):
         response.read()
@@ -250,6 +260,18 @@ def provoke_errors(clients, key, contacts_only_key, api, models):
         f"400: details {bad.error.details!r}",
     )
     expect_error(api.list_items.sync_detailed(client=client, cursor="not-a-cursor"), 400, "VALIDATION_ERROR", models)
+    # The server refuses a search holding NUL; the document says so, so that a validator
+    # (and a client checking its input) refuses it first.
+    nul = expect_error(api.list_contacts.sync_detailed(client=client, search="a\x00b"), 400, "VALIDATION_ERROR", models)
+    check(any(d.startswith("search") for d in nul.error.details), f"NUL search: details {nul.error.details!r}")
+    check(
+        not clients.validator.allows_request("GET", "/v1/contacts?search=a%00b", key),
+        "the document allows a search holding NUL, which the server refuses",
+    )
+    check(
+        clients.validator.allows_request("GET", "/v1/contacts?search=50%25_off%5C", key),
+        "the document refuses a search of ordinary characters",
+    )
     stranger = clients.with_key("lk_live_AAAAAAAAAAAAAAAA_" + "A" * 43)
     expect_error(api.list_contacts.sync_detailed(client=stranger), 401, "UNAUTHORIZED", models)
     expect_error(api.get_item.sync_detailed(uuid.uuid4(), client=stranger), 401, "UNAUTHORIZED", models)

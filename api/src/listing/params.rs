@@ -58,6 +58,8 @@ pub struct SearchText(String);
 
 impl SearchText {
     pub const MAX_CHARS: usize = 120;
+    /// Every character but NUL (JSON Schema's ECMA-262 dialect).
+    pub const PATTERN: &'static str = "^[^\\u0000]*$";
 
     pub fn as_str(&self) -> &str {
         &self.0
@@ -101,6 +103,13 @@ query_param_type!(
     {
         let mut schema = MetaSchema::new("string");
         schema.max_length = Some(SearchText::MAX_CHARS);
+        // The one character refused besides the length: said here, so that a validator and
+        // a generated client refuse it before the server does.
+        schema.pattern = Some(SearchText::PATTERN.to_owned());
+        schema.description = Some(
+            "Text a record's searchable fields must contain (a substring, case-insensitive, `%` and `_` literal); at most 120 \
+             characters, any but NUL (U+0000), which no stored text can contain.",
+        );
         schema
     },
     |text: &SearchText| Value::String(text.0.clone())
