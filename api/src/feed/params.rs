@@ -50,8 +50,13 @@ query_param_type!(
         let mut schema = MetaSchema::new("string");
         schema.min_length = Some(1);
         schema.max_length = Some(Since::MAX_LEN);
-        schema.description =
-            Some("A `syncToken` of an earlier response of this operation, passed unchanged, or `latest`.");
+        schema.description = Some(
+            "A `syncToken` of an earlier response of this operation, passed unchanged, or `latest`. Sync \
+             tokens never expire. A token the feed cannot continue from (altered, of another workspace or \
+             operation, or ahead of what the database holds after a restore) is a 400 `VALIDATION_ERROR` \
+             whose `details` is a `RefusedSyncToken` with `startOver: true`: sync again from the beginning, \
+             without `since`.",
+        );
         schema
     },
     |since: &Since| match since {

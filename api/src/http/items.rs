@@ -57,7 +57,8 @@ pub struct ItemChanges {
     pub data: Vec<ItemChange>,
     /// True: more changes are ready now; call again at once with `syncToken`.
     pub has_more: bool,
-    /// Where the next call starts; pass it as `since`.
+    /// Where the next call starts; pass it as `since`. Sync tokens never expire: keep the
+    /// last one for the next sync, however far off.
     #[oai(validator(min_length = 1))]
     pub sync_token: String,
     pub request_id: RequestId,

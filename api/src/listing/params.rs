@@ -155,7 +155,11 @@ query_param_type!(
         let mut schema = MetaSchema::new("string");
         schema.min_length = Some(1);
         schema.max_length = Some(CursorToken::MAX_LEN);
-        schema.description = Some("The `page.nextCursor` of the previous page, passed unchanged.");
+        schema.description = Some(
+            "The `page.nextCursor` of the previous page, passed unchanged. Cursors expire (after a day by \
+             default): an expired, altered or foreign cursor is a 400 `VALIDATION_ERROR` naming `cursor`; \
+             start the listing again from its first page.",
+        );
         schema
     },
     |token: &CursorToken| Value::String(token.0.clone())

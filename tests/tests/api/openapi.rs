@@ -5,7 +5,7 @@
 // The helpers below fail the test on a broken document, as the tests themselves do.
 #![expect(clippy::expect_used, reason = "test helpers panic with the reason, like the tests")]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use lectern_api::http::contacts::ListContactsQuery;
@@ -853,5 +853,34 @@ fn the_feed_operations_document_since_limit_wait_and_every_field_of_a_change() {
         );
         let kind = change["properties"]["change"]["$ref"].as_str().and_then(|r| r.rsplit('/').next()).expect("a ref");
         assert_eq!(document["components"]["schemas"][kind]["enum"], json!(["upserted", "removed"]));
+    }
+}
+
+/// The rule: the document says what integrators otherwise learn by surprise: sync tokens
+/// never expire, cursors do, and a refused token means starting over, which its
+/// `RefusedSyncToken` details say in a form code can test.
+#[test]
+fn the_document_says_tokens_never_expire_cursors_do_and_a_refused_token_means_starting_over() {
+    let document = document();
+    let mut described = BTreeMap::<String, Vec<String>>::new();
+    for operation in document["paths"].as_object().expect("paths").values().flat_map(|item| item.as_object()) {
+        for parameter in operation.values().flat_map(|op| op["parameters"].as_array().cloned().unwrap_or_default()) {
+            let name = parameter["name"].as_str().unwrap_or_default().to_owned();
+            let text = parameter["schema"]["description"].as_str().unwrap_or_default().to_owned();
+            described.entry(name).or_default().push(text);
+        }
+    }
+    let since = &described["since"];
+    assert_eq!(since.len(), 2, "both feeds take since: {since:?}");
+    for text in since {
+        assert!(text.contains("never expire"), "since: {text}");
+        assert!(text.contains("RefusedSyncToken") && text.contains("startOver"), "since: {text}");
+    }
+    for text in &described["cursor"] {
+        assert!(text.contains("expire"), "cursor: {text}");
+    }
+    for page in ["ContactChanges", "ItemChanges"] {
+        let token = &schema(&document, page)["properties"]["syncToken"]["description"];
+        assert!(token.as_str().is_some_and(|text| text.contains("never expire")), "{page}.syncToken: {token}");
     }
 }
