@@ -12,7 +12,7 @@ use super::contracts::{
     feed_limit_example, id_example, limit_example, sort_example, wait_example, ChangeType, ChangesError, ChangesQuery,
     GetError, ListError, ListQuery, NoQuery, RecordId,
 };
-use super::payload::JsonBody;
+use super::payload::{Described, JsonBody};
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use crate::app::AppState;
@@ -32,6 +32,11 @@ pub struct ContactList {
     pub data: Vec<Contact>,
     pub page: PageInfo,
     pub request_id: RequestId,
+}
+
+impl Described for ContactList {
+    const DESCRIPTION: &'static str =
+        "A page of the workspace's active contacts; `page.nextCursor` leads to the next one.";
 }
 
 /// One change in the contacts feed.
@@ -64,6 +69,11 @@ pub struct ContactChanges {
     pub request_id: RequestId,
 }
 
+impl Described for ContactChanges {
+    const DESCRIPTION: &'static str =
+        "The contacts changed after `since`, in commit order, and the token to continue from.";
+}
+
 /// One contact.
 #[derive(Debug, Object, serde::Serialize)]
 #[oai(rename_all = "camelCase", deny_unknown_fields)]
@@ -71,6 +81,10 @@ pub struct ContactChanges {
 pub struct ContactEnvelope {
     pub data: Contact,
     pub request_id: RequestId,
+}
+
+impl Described for ContactEnvelope {
+    const DESCRIPTION: &'static str = "The contact, active and in the key's workspace.";
 }
 
 /// listContacts' query parameters.

@@ -12,7 +12,7 @@ use super::contracts::{
     feed_limit_example, id_example, limit_example, sort_example, wait_example, ChangeType, ChangesError, ChangesQuery,
     GetError, ListError, ListQuery, NoQuery, RecordId,
 };
-use super::payload::JsonBody;
+use super::payload::{Described, JsonBody};
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use crate::app::AppState;
@@ -32,6 +32,11 @@ pub struct ItemList {
     pub data: Vec<Item>,
     pub page: PageInfo,
     pub request_id: RequestId,
+}
+
+impl Described for ItemList {
+    const DESCRIPTION: &'static str =
+        "A page of the workspace's active items; `page.nextCursor` leads to the next one.";
 }
 
 /// One change in the items feed.
@@ -64,6 +69,11 @@ pub struct ItemChanges {
     pub request_id: RequestId,
 }
 
+impl Described for ItemChanges {
+    const DESCRIPTION: &'static str =
+        "The items changed after `since`, in commit order, and the token to continue from.";
+}
+
 /// One item.
 #[derive(Debug, Object, serde::Serialize)]
 #[oai(rename_all = "camelCase", deny_unknown_fields)]
@@ -71,6 +81,10 @@ pub struct ItemChanges {
 pub struct ItemEnvelope {
     pub data: Item,
     pub request_id: RequestId,
+}
+
+impl Described for ItemEnvelope {
+    const DESCRIPTION: &'static str = "The item, active and in the key's workspace.";
 }
 
 /// listItems' query parameters.

@@ -78,6 +78,14 @@ fn complete(spec: &mut Value) {
         if let Some(email) = schemas.get_mut("Contact").and_then(|c| c.pointer_mut("/properties/email")) {
             email["format"] = json!("email");
         }
+        // `nextCursor` is a cursor exactly when `hasMore` is true. Said with if/then/else,
+        // which validators apply and generators leave alone (a oneOf of two pages would
+        // give clients two Page types).
+        if let Some(page) = schemas.get_mut("Page").and_then(Value::as_object_mut) {
+            page.insert("if".to_owned(), json!({ "properties": { "hasMore": { "const": true } } }));
+            page.insert("then".to_owned(), json!({ "properties": { "nextCursor": { "type": "string" } } }));
+            page.insert("else".to_owned(), json!({ "properties": { "nextCursor": { "type": "null" } } }));
+        }
         // The values a refused token's details always have, so that a generated client can
         // test for them rather than for a string or a boolean.
         if let Some(refused) = schemas.get_mut("RefusedSyncToken").and_then(|r| r.get_mut("properties")) {

@@ -69,11 +69,16 @@ impl<T: Type> IntoResponse for JsonBody<T> {
     }
 }
 
-impl<T: Type> ApiResponse for JsonBody<T> {
+/// What a 200 carrying this body means, in the document's words.
+pub trait Described {
+    const DESCRIPTION: &'static str;
+}
+
+impl<T: Type + Described> ApiResponse for JsonBody<T> {
     fn meta() -> MetaResponses {
         MetaResponses {
             responses: vec![MetaResponse {
-                description: "",
+                description: T::DESCRIPTION,
                 status: Some(200),
                 status_range: None,
                 content: vec![MetaMediaType { content_type: Self::CONTENT_TYPE, schema: Self::schema_ref() }],

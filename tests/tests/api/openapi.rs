@@ -884,3 +884,20 @@ fn the_document_says_tokens_never_expire_cursors_do_and_a_refused_token_means_st
         assert!(token.as_str().is_some_and(|text| text.contains("never expire")), "{page}.syncToken: {token}");
     }
 }
+
+/// The rules: every success says what it carries (no empty description), and a page's
+/// `nextCursor` is tied to its `hasMore`: a string when more follow, null on the last page.
+#[test]
+fn every_success_is_described_and_a_page_ties_next_cursor_to_has_more() {
+    let document = document();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("path item") {
+            let description = operation["responses"]["200"]["description"].as_str().unwrap_or_default();
+            assert!(!description.trim().is_empty(), "{method} {path}: a 200 without a description");
+        }
+    }
+    let page = schema(&document, "Page");
+    assert_eq!(page["if"], json!({ "properties": { "hasMore": { "const": true } } }));
+    assert_eq!(page["then"]["properties"]["nextCursor"]["type"], "string");
+    assert_eq!(page["else"]["properties"]["nextCursor"]["type"], "null");
+}
