@@ -118,14 +118,14 @@ pub async fn run_watched(
                 let consumer = ensure_consumer(&stream).await?;
                 Ok::<_, ProjectorError>((stream, consumer))
             } => attempt,
-            () = shutdown.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => return stopped_before_consuming(),
         };
         match attempt {
             Ok(found) => break found,
             Err(error) => {
                 tracing::warn!(%error, "cannot reach JetStream yet; retrying");
                 if backoff.wait_or_stop(&shutdown).await {
-                    return Ok(());
+                    return stopped_before_consuming();
                 }
             }
         }
@@ -210,6 +210,13 @@ pub async fn run_watched(
         tracing::warn!(%error, "could not flush the last acknowledgements; those messages will be redelivered and ignored");
     }
     tracing::info!("projector stopped");
+    Ok(())
+}
+
+/// A stop that came before the stream and the consumer were there: nothing was pulled, so
+/// nothing is in hand; the log still says the projector stopped, as after any stop.
+fn stopped_before_consuming() -> Result<(), ProjectorError> {
+    tracing::info!("projector stopped before consuming");
     Ok(())
 }
 

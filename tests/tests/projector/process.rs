@@ -109,10 +109,16 @@ impl Projector {
     }
 
     /// SIGTERM, then a clean exit 0 within [`PROCESS_TIMEOUT`].
-    pub(crate) async fn stop(mut self) {
+    pub(crate) async fn stop(self) {
+        self.stopped_log().await;
+    }
+
+    /// [`Self::stop`], returning everything it logged.
+    pub(crate) async fn stopped_log(mut self) -> String {
         self.signal("TERM");
         let status = self.exit().await;
         assert_eq!(status.code(), Some(0), "SIGTERM did not end in exit 0 ({status}); log:\n{}", self.log());
+        self.log()
     }
 
     /// SIGKILL: no chance to finish, commit or acknowledge anything.
