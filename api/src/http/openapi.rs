@@ -78,6 +78,10 @@ fn complete(spec: &mut Value) {
         if let Some(email) = schemas.get_mut("Contact").and_then(|c| c.pointer_mut("/properties/email")) {
             email["format"] = json!("email");
         }
+        discriminate_changes(schemas, "Contact", "contact");
+        discriminate_changes(schemas, "Item", "item");
+        // Every feed entry now names its `change` as a constant of its own.
+        schemas.remove("ChangeType");
         // `nextCursor` is a cursor exactly when `hasMore` is true. Said with if/then/else,
         // which validators apply and generators leave alone (a oneOf of two pages would
         // give clients two Page types).
@@ -117,6 +121,44 @@ fn complete(spec: &mut Value) {
              scopes `contacts:read` and `items:read`, are the key's."
         );
     }
+}
+
+/// Makes a feed entry (`<Record>Change`) a union discriminated by `change`: an `upserted`
+/// entry always carries the record, a `removed` one always null. poem-openapi's own
+/// discriminated unions wrap each variant in an `allOf` that closed objects refuse, and its
+/// one struct could only say "the record or null" whatever `change` says, which generated
+/// clients then type as optional for upserted entries too.
+fn discriminate_changes(schemas: &mut Map<String, Value>, record: &str, noun: &str) {
+    let entry = format!("{record}Change");
+    let (upserted, removed) = (format!("{record}Upserted"), format!("{record}Removed"));
+    let reference = |name: &str| format!("#/components/schemas/{name}");
+    let id = json!({ "type": "string", "format": "uuid", "description": format!("The {noun}'s id.") });
+    let variant = |title: &str, kind: &str, description: String, record_schema: Value| {
+        json!({
+            "title": title,
+            "description": description,
+            "type": "object",
+            "properties": { "id": id, "change": { "type": "string", "const": kind }, "record": record_schema },
+            "required": ["id", "change", "record"],
+            "additionalProperties": false,
+        })
+    };
+    let active = format!("The {noun} is active now: `record` is it, as the listing serves it.");
+    let gone = format!("The {noun} is archived or deleted: remove it; `record` is null.");
+    schemas.insert(upserted.clone(), variant(&upserted, "upserted", active, json!({ "$ref": reference(record) })));
+    schemas.insert(removed.clone(), variant(&removed, "removed", gone, json!({ "type": "null" })));
+    schemas.insert(
+        entry.clone(),
+        json!({
+            "title": entry,
+            "description": format!("One change in the {noun}s feed, discriminated by `change`."),
+            "oneOf": [{ "$ref": reference(&upserted) }, { "$ref": reference(&removed) }],
+            "discriminator": {
+                "propertyName": "change",
+                "mapping": { "upserted": reference(&upserted), "removed": reference(&removed) },
+            },
+        }),
+    );
 }
 
 /// Rewrites, in place, a schema poem-openapi wrote for OpenAPI 3.0 (and its subschemas)

@@ -208,7 +208,8 @@ fn matching(document: &Value, choices: &[Value], value: &Value, at: &str) -> usi
 }
 
 /// A light structural check of `value` against `schema`: types, nullability, enums,
-/// lengths, bounds, uuid/date-time formats, required and closed objects, anyOf, oneOf.
+/// constants, lengths, bounds, uuid/date-time formats, required and closed objects, anyOf,
+/// oneOf.
 /// Patterns are not checked here (no regex engine among the dependencies).
 fn conform(document: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
     let schema = resolve(document, schema);
@@ -249,6 +250,11 @@ fn conform(document: &Value, schema: &Value, value: &Value, at: &str, problems: 
     if let Some(allowed) = schema["enum"].as_array() {
         if !allowed.contains(value) {
             problems.push(format!("{at}: {value} is not one of {allowed:?}"));
+        }
+    }
+    if let Some(constant) = schema.get("const") {
+        if value != constant {
+            problems.push(format!("{at}: {value} is not the constant {constant}"));
         }
     }
     if let Some(text) = value.as_str() {
@@ -757,6 +763,36 @@ async fn served_listing_and_contact_bodies_conform_to_the_document() {
     assert_eq!(sorted_keys(&one.body["data"]), contact_fields);
 }
 
+/// The rule: a feed page conforms to the document, each entry to exactly one side of the
+/// union discriminated by `change`: an upserted entry with its record, a removed one with
+/// null.
+#[tokio::test]
+async fn served_feed_pages_with_upserted_and_removed_entries_conform_to_the_document() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    ContactSeed::named("Active").at(1).insert(&app.pool, workspace).await;
+    ContactSeed::named("Archived").status("archived").at(2).insert(&app.pool, workspace).await;
+    let document = document();
+
+    let page = app.get(&key, "/v1/contacts/changes").await;
+
+    page.assert_ok();
+    let changes: BTreeSet<&str> = page.data().iter().filter_map(|entry| entry["change"].as_str()).collect();
+    assert_eq!(changes, BTreeSet::from(["removed", "upserted"]), "{}", page.text);
+    assert_conforms(&document, operation(&document, "/v1/contacts/changes"), &page);
+    let mut problems = Vec::new();
+    let removed_as_upserted = json!({ "id": Uuid::new_v4(), "change": "upserted", "record": null });
+    conform(
+        &document,
+        &json!({ "$ref": "#/components/schemas/ContactChange" }),
+        &removed_as_upserted,
+        "",
+        &mut problems,
+    );
+    assert!(!problems.is_empty(), "the document accepts an upserted entry without its record");
+}
+
 #[tokio::test]
 async fn served_item_bodies_with_null_and_filled_prices_conform_to_the_document() {
     let db = TestDatabase::create().await;
@@ -840,19 +876,24 @@ fn the_feed_operations_document_since_limit_wait_and_every_field_of_a_change() {
             .as_str()
             .and_then(|reference| reference.rsplit('/').next())
             .expect("data items are a named schema");
+        // A union discriminated by `change`: an upserted entry always carries the record, a
+        // removed one always null, so generated clients type `record` as the record (not
+        // optional) once they know the entry is upserted.
         let change = &document["components"]["schemas"][change_name];
-        assert_eq!(property_names(change), BTreeSet::from(["change", "id", "record"]), "{path}");
-        let mut required: Vec<&str> =
-            change["required"].as_array().expect("required").iter().filter_map(Value::as_str).collect();
-        required.sort_unstable();
-        assert_eq!(required, ["change", "id", "record"], "record is required and nullable, never absent");
-        assert_eq!(
-            change["properties"]["record"]["anyOf"],
-            json!([{ "$ref": format!("#/components/schemas/{record}") }, { "type": "null" }]),
-            "{path}"
-        );
-        let kind = change["properties"]["change"]["$ref"].as_str().and_then(|r| r.rsplit('/').next()).expect("a ref");
-        assert_eq!(document["components"]["schemas"][kind]["enum"], json!(["upserted", "removed"]));
+        let (upserted, removed) = (format!("{record}Upserted"), format!("{record}Removed"));
+        let reference = |name: &str| json!({ "$ref": format!("#/components/schemas/{name}") });
+        assert_eq!(change["oneOf"], json!([reference(&upserted), reference(&removed)]), "{path}");
+        assert_eq!(change["discriminator"]["propertyName"], "change", "{path}");
+        assert_eq!(change["discriminator"]["mapping"]["upserted"], reference(&upserted)["$ref"], "{path}");
+        assert_eq!(change["discriminator"]["mapping"]["removed"], reference(&removed)["$ref"], "{path}");
+        for (variant, kind, record_schema) in
+            [(&upserted, "upserted", reference(record)), (&removed, "removed", json!({ "type": "null" }))]
+        {
+            let variant = schema(&document, variant);
+            assert_closed_with_exactly_required(variant, &["change", "id", "record"]);
+            assert_eq!(variant["properties"]["change"]["const"], kind, "{path}");
+            assert_eq!(variant["properties"]["record"], record_schema, "{path}");
+        }
     }
 }
 
