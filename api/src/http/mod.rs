@@ -9,6 +9,7 @@ mod compression;
 pub mod contacts;
 pub mod contracts;
 pub mod envelope;
+mod examples;
 pub mod items;
 pub mod openapi;
 pub mod operations;

@@ -113,6 +113,12 @@ fn complete(spec: &mut Value) {
                     add_response_headers(status, response);
                 }
             }
+            let example = operation.get("operationId").and_then(Value::as_str).and_then(super::examples::success);
+            let success = format!("/responses/200/content/{}", JSON_MEDIA_TYPE.replace('/', "~1"));
+            // A media type's named `examples` (its `example` keyword is OpenAPI 3.0's).
+            if let (Some(example), Some(success)) = (example, operation.pointer_mut(&success)) {
+                success["examples"] = json!({ "success": { "summary": "A typical answer", "value": example } });
+            }
         }
     }
     if let Some(scheme) = spec.pointer_mut("/components/securitySchemes/WorkspaceApiKey") {

@@ -942,3 +942,25 @@ fn every_success_is_described_and_a_page_ties_next_cursor_to_has_more() {
     assert_eq!(page["then"]["properties"]["nextCursor"]["type"], "string");
     assert_eq!(page["else"]["properties"]["nextCursor"]["type"], "null");
 }
+
+/// The rule: every success shows an example of what it carries, the example conforms to
+/// the document, and each feed's shows both kinds of entry, a removal included.
+#[test]
+fn every_success_has_an_example_that_conforms_and_the_feeds_show_a_removal() {
+    let document = document();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("path item") {
+            let media = &operation["responses"]["200"]["content"]["application/json"];
+            let example = &media["examples"]["success"]["value"];
+            assert!(example.is_object(), "{method} {path}: no example of its 200");
+            let mut problems = Vec::new();
+            conform(&document, &media["schema"], example, "", &mut problems);
+            assert!(problems.is_empty(), "{method} {path}: the example does not conform: {problems:?}");
+            if path.ends_with("/changes") {
+                let changes: BTreeSet<&str> =
+                    example["data"].as_array().into_iter().flatten().filter_map(|e| e["change"].as_str()).collect();
+                assert_eq!(changes, BTreeSet::from(["removed", "upserted"]), "{path}");
+            }
+        }
+    }
+}
