@@ -3,7 +3,9 @@
 #  1. openapi-spec-validator on schema/openapi.json and on the served document;
 #  2. openapi-python-client generates a client from the served document, and any
 #     warning (a schema skipped or not understood) fails the run;
-#  3. that client walks every page of contacts and items (both sorts, a type filter, a
+#  3. mypy --strict type-checks an integrator's feed mirror against that client
+#     (scripts/typed_feed.py): an upserted entry's record is a Contact, never optional;
+#  4. that client walks every page of contacts and items (both sorts, a type filter, a
 #     search), retrieves records by id and provokes a 400, 401, 403 and 404, while
 #     openapi-core validates every request and response against the served document
 #     (scripts/openapi_walk.py).
@@ -20,7 +22,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 # Every package pinned (openapi-core 0.23.1, openapi-spec-validator 0.8.5 and
-# openapi-python-client 0.29.1, and what they pulled in on Python 3.11), so a new
+# openapi-python-client 0.29.1, mypy 2.4.1, and what they pulled in on Python 3.11), so a new
 # release upstream cannot change what this finds.
 requirements="openapi-core==0.23.1 openapi-spec-validator==0.8.5 openapi-schema-validator==0.8.1
 openapi-python-client==0.29.1 annotated-doc==0.0.7 annotated-types==0.8.0 anyio==4.16.0 attrs==26.1.0
@@ -30,7 +32,8 @@ lazy-object-proxy==1.13.0 markdown-it-py==4.3.0 MarkupSafe==3.0.4 mdurl==0.1.2 m
 pathable==0.5.0 pydantic==2.14.4 pydantic-settings==2.16.3 pydantic_core==2.50.5 Pygments==2.21.0
 python-dotenv==1.2.4 PyYAML==6.0.4 referencing==0.37.0 rfc3339-validator==0.1.4 rich==15.0.0
 rpds-py==2026.9.1 ruamel.yaml==0.19.1 ruff==0.17.6 shellingham==1.5.4 six==1.17.0 typer==0.27.3
-typing-inspection==0.4.5 typing_extensions==4.16.0 Werkzeug==3.1.9"
+typing-inspection==0.4.5 typing_extensions==4.16.0 Werkzeug==3.1.9
+mypy==2.4.1 mypy_extensions==1.2.0 pathspec==1.1.1 ast_serialize==0.13.1 librt==0.17.0"
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 venv=$target_dir/openapi-tools-venv
 work=$target_dir/openapi-tools
@@ -76,6 +79,11 @@ cat "$work/generator.out"
 if grep -v '^Generating ' "$work/generator.out" | grep -q '[^[:space:]]'; then
   fail "openapi-python-client warned about the served document (above)"
 fi
+# The generated types as an integrator's code meets them: mypy --strict on a feed mirror
+# that stores an upserted entry's record as a Contact (scripts/typed_feed.py).
+MYPYPATH="$work" "$venv/bin/mypy" --strict --no-incremental --follow-imports=silent scripts/typed_feed.py ||
+  fail "the generated client does not type a feed entry's record by its change (mypy, above)"
+echo "openapi-tools.sh: mypy --strict accepts the generated client's feed types"
 
 read -r active_contacts active_items < <(psql "$database_url" -qAtX -F ' ' -c \
   "select (select count(*) from contacts where status = 'active'), (select count(*) from items where status = 'active')")
