@@ -5,6 +5,8 @@
 #     warning (a schema skipped or not understood) fails the run;
 #  3. mypy --strict type-checks an integrator's feed mirror against that client
 #     (scripts/typed_feed.py): an upserted entry's record is a Contact, never optional;
+#     and tsc --strict does the same with openapi-typescript's types
+#     (scripts/typescript/typed_feed.ts);
 #  4. that client walks every page of contacts and items (both sorts, a type filter, a
 #     search), retrieves records by id and provokes a 400, 401, 403 and 404, while
 #     openapi-core validates every request and response against the served document
@@ -14,7 +16,8 @@
 #
 #   scripts/openapi-tools.sh
 #
-# Needs python3 (3.11) and PyPI, once, for the venv under target/openapi-tools-venv, and
+# Needs python3 (3.11) and PyPI, once, for the venv under target/openapi-tools-venv, npm
+# and its registry, once, for target/openapi-tools-node, and
 # PostgreSQL, where a fresh seeded database is created and dropped again
 # (scripts/lib/seeded-api.sh: LECTERN_TEST_DATABASE_URL, LECTERN_API_BIN).
 set -euo pipefail
@@ -84,6 +87,23 @@ fi
 MYPYPATH="$work" "$venv/bin/mypy" --strict --no-incremental --follow-imports=silent scripts/typed_feed.py ||
   fail "the generated client does not type a feed entry's record by its change (mypy, above)"
 echo "openapi-tools.sh: mypy --strict accepts the generated client's feed types"
+# The same for TypeScript: openapi-typescript's types, tsc --strict on a feed mirror
+# (scripts/typescript/typed_feed.ts), both pinned by scripts/typescript/package-lock.json.
+node_dir=$target_dir/openapi-tools-node
+if [[ "$(cat "$node_dir/lectern-lock" 2>/dev/null)" != "$(cat scripts/typescript/package-lock.json)" ]]; then
+  command -v npm >/dev/null || fail "npm is not installed: it is needed for openapi-typescript and tsc (npm registry)"
+  rm -rf "$node_dir"
+  mkdir -p "$node_dir"
+  cp scripts/typescript/package.json scripts/typescript/package-lock.json "$node_dir/"
+  (cd "$node_dir" && npm ci --no-audit --no-fund --silent) || fail "could not install openapi-typescript and typescript from npm"
+  cp scripts/typescript/package-lock.json "$node_dir/lectern-lock"
+fi
+cp scripts/typescript/typed_feed.ts "$work/typed_feed.ts"
+"$node_dir/node_modules/.bin/openapi-typescript" "$document" -o "$work/lectern.d.ts" >"$work/openapi-typescript.out" 2>&1 ||
+  { cat "$work/openapi-typescript.out" >&2; fail "openapi-typescript could not read the served document"; }
+"$node_dir/node_modules/.bin/tsc" --strict --noEmit --target es2022 --module esnext --moduleResolution bundler \
+  "$work/typed_feed.ts" || fail "the TypeScript types do not type a feed entry's record by its change (tsc, above)"
+echo "openapi-tools.sh: tsc --strict accepts openapi-typescript's feed types"
 
 read -r active_contacts active_items < <(psql "$database_url" -qAtX -F ' ' -c \
   "select (select count(*) from contacts where status = 'active'), (select count(*) from items where status = 'active')")
