@@ -10,7 +10,8 @@
 //! (`LECTERN_TEST_PG_BIN` overrides).
 //!
 //! A server can be a streaming-replication primary ([`PrivatePostgres::start_primary`])
-//! with real standbys made from it by `pg_basebackup -R` ([`PrivatePostgres::start_standby`]).
+//! with real standbys made from it by `pg_basebackup -R` ([`PrivatePostgres::start_standby`]),
+//! and can be backed up and restored (`backups.rs`).
 //! The caller gives the settings (speed over durability for the tests, the shared
 //! server's tuning for the benchmark); the port, socket and replication settings are this
 //! crate's.
@@ -22,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection};
 use tokio::process::Command;
+
+mod backups;
 
 /// How long `pg_ctl` may take to start or stop the server (2 slow cores, shared).
 const PG_CTL_WAIT_SECS: u64 = 120;
@@ -175,77 +178,6 @@ impl PrivatePostgres {
         Ok(standby)
     }
 
-    /// A primary, as [`PrivatePostgres::start_primary`], that archives every finished WAL
-    /// segment into its directory: what a point-in-time restore replays.
-    pub async fn start_archiving(settings: &str) -> Result<Self> {
-        let mut primary = Self::unstarted(String::new())?;
-        primary.settings = format!(
-            "{REPLICATION_SETTINGS}archive_mode = on\narchive_command = 'cp %p {archive}/%f'\n{settings}",
-            archive = primary.archive_dir().display()
-        );
-        primary.initdb_and_start_primary().await?;
-        Ok(primary)
-    }
-
-    /// A base backup of this server (`pg_basebackup`, no standby settings), not started:
-    /// what [`PrivatePostgres::start_recovering_to`] restores.
-    pub async fn base_backup(&self) -> Result<Self> {
-        let backup = Self::unstarted(String::new())?;
-        backup.base_backup_of(self.port).await?;
-        let standby_signal = backup.data_dir().join("standby.signal");
-        std::fs::remove_file(&standby_signal)
-            .map_err(|source| Error::Io { what: format!("remove {}", standby_signal.display()), source })?;
-        Ok(backup)
-    }
-
-    /// Restores this base backup to the point `target_lsn` of `archived`'s history, as an
-    /// operator restores to a point in time: `recovery.signal`, the WAL from `archived`'s
-    /// archive, then promotion at the target, onto a new timeline. Returns once it takes
-    /// writes. `settings` as for [`PrivatePostgres::start_new`].
-    pub async fn start_recovering_to(&mut self, archived: &Self, target_lsn: &str, settings: &str) -> Result<()> {
-        self.settings = format!(
-            "{REPLICATION_SETTINGS}{settings}restore_command = 'cp {archive}/%f %p'\n\
-             recovery_target_lsn = '{target_lsn}'\nrecovery_target_action = 'promote'\n",
-            archive = archived.archive_dir().display()
-        );
-        let recovery_signal = self.data_dir().join("recovery.signal");
-        std::fs::write(&recovery_signal, "")
-            .map_err(|source| Error::Io { what: format!("write {}", recovery_signal.display()), source })?;
-        self.start_on_a_free_port().await?;
-        let server = &*self;
-        wait_for(&format!("the restored server on port {} to reach its target and promote", self.port), move || async move {
-            server.try_fetch_one::<bool>("select not pg_is_in_recovery()").await.unwrap_or(false)
-        })
-        .await
-    }
-
-    /// Archives the WAL written so far: switches to a new segment and waits until the one
-    /// it left is in the archive.
-    pub async fn archive_wal(&self) -> Result<()> {
-        let segment: String = self.fetch_one("select pg_walfile_name(pg_switch_wal())").await?;
-        let archived = self.archive_dir().join(&segment);
-        wait_for(&format!("WAL segment {segment} to be archived"), move || {
-            let archived = archived.clone();
-            async move { archived.exists() }
-        })
-        .await
-    }
-
-    /// A copy of this server's data directory (`pg_basebackup`) started as it was: no
-    /// `recovery.signal`, no recovery target, so it runs crash recovery and stays on this
-    /// server's timeline, as a restored disk snapshot or volume copy does. `settings` as
-    /// for [`PrivatePostgres::start_new`]. Returns once it takes writes.
-    pub async fn start_copy(&self, settings: &str) -> Result<Self> {
-        let mut copy = Self::unstarted(format!("{REPLICATION_SETTINGS}{settings}"))?;
-        copy.base_backup_of(self.port).await?;
-        // `-R` made the copy a standby; a copy restored as it was is none.
-        let standby_signal = copy.data_dir().join("standby.signal");
-        std::fs::remove_file(&standby_signal)
-            .map_err(|source| Error::Io { what: format!("remove {}", standby_signal.display()), source })?;
-        copy.start_on_a_free_port().await?;
-        Ok(copy)
-    }
-
     /// The URL of `database` on this server, as the superuser.
     pub fn url_for(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
@@ -291,51 +223,6 @@ impl PrivatePostgres {
             server.try_fetch_one::<bool>("select not pg_is_in_recovery()").await.unwrap_or(false)
         })
         .await
-    }
-
-    /// A logical backup of `database` as an operator takes one: `pg_dump --format=custom`,
-    /// into a file in this server's directory. Returns the file's path.
-    pub async fn dump(&self, database: &str) -> Result<PathBuf> {
-        let file = self.dir.join(format!("{database}-{}.dump", uuid::Uuid::new_v4().simple()));
-        let mut command = self.command(&self.bin.join("pg_dump"));
-        command
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "--format=custom", "--file"])
-            .arg(&file)
-            .arg(database);
-        let output = run(command, "pg_dump").await?;
-        if !output.status.success() {
-            return Err(Error::Command {
-                what: format!("pg_dump of {database} on port {} failed", self.port),
-                report: describe(&output),
-            });
-        }
-        Ok(file)
-    }
-
-    /// Restores a [`PrivatePostgres::dump`] into a new database `database` on this server, as
-    /// an operator restores one into a fresh server: `createdb`, then `pg_restore`.
-    pub async fn restore(&self, database: &str, dump: &Path) -> Result<()> {
-        let port = self.port.to_string();
-        let connection = ["-h", "127.0.0.1", "-p", port.as_str(), "-U", "postgres"];
-        let mut createdb = self.command(&self.bin.join("createdb"));
-        createdb.args(connection).arg(database);
-        let output = run(createdb, "createdb").await?;
-        if !output.status.success() {
-            return Err(Error::Command {
-                what: format!("createdb {database} on port {} failed", self.port),
-                report: describe(&output),
-            });
-        }
-        let mut pg_restore = self.command(&self.bin.join("pg_restore"));
-        pg_restore.args(connection).args(["--exit-on-error", "--dbname", database]).arg(dump);
-        let output = run(pg_restore, "pg_restore").await?;
-        if !output.status.success() {
-            return Err(Error::Command {
-                what: format!("pg_restore of {} into {database} on port {} failed", dump.display(), self.port),
-                report: describe(&output),
-            });
-        }
-        Ok(())
     }
 
     /// The server's log so far, for failure messages.
