@@ -68,12 +68,8 @@ impl PrivatePostgres {
     /// server's timeline, as a restored disk snapshot or volume copy does. `settings` as
     /// for [`PrivatePostgres::start_new`]. Returns once it takes writes.
     pub async fn start_copy(&self, settings: &str) -> Result<Self> {
-        let mut copy = Self::unstarted(format!("{REPLICATION_SETTINGS}{settings}"))?;
-        copy.base_backup_of(self.port).await?;
-        // `-R` made the copy a standby; a copy restored as it was is none.
-        let standby_signal = copy.data_dir().join("standby.signal");
-        std::fs::remove_file(&standby_signal)
-            .map_err(|source| Error::Io { what: format!("remove {}", standby_signal.display()), source })?;
+        let mut copy = self.base_backup().await?;
+        copy.settings = format!("{REPLICATION_SETTINGS}{settings}");
         copy.start_on_a_free_port().await?;
         Ok(copy)
     }

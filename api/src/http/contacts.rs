@@ -39,7 +39,8 @@ impl Described for ContactList {
         "A page of the workspace's active contacts; `page.nextCursor` leads to the next one.";
 }
 
-/// One change in the contacts feed.
+/// One change in the contacts feed. The document states it more exactly than this struct
+/// can, as a union discriminated by `change` (`http::openapi::discriminate_changes`).
 #[derive(Debug, Object, serde::Serialize)]
 #[oai(rename_all = "camelCase", deny_unknown_fields)]
 #[serde(rename_all = "camelCase")]

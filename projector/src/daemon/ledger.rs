@@ -86,6 +86,10 @@ pub async fn start(pool: &PgPool, acknowledged_through: u64) -> Result<(), Proje
     Ok(())
 }
 
+/// The ranges of sequences 1 to `$1` the ledger does not hold, one row each.
+const NOT_HELD_THROUGH_1: &str = "unnest(int8multirange(int8range(1, $1 + 1)) \
+     - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r), '{}'))";
+
 /// Folds the ledger's rows into one and returns the sequences up to `acknowledged_through`
 /// it does not hold, inside the caller's transaction.
 async fn fold_and_find_missing(
@@ -99,28 +103,23 @@ async fn fold_and_find_missing(
     )
     .execute(&mut *connection)
     .await?;
-    sqlx::query(
-        "select lower(r), upper(r) - 1 from unnest(int8multirange(int8range(1, $1 + 1)) \
-         - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r), '{}')) as r",
-    )
-    .bind(as_sequence(acknowledged_through))
-    .fetch_all(&mut *connection)
-    .await?
-    .iter()
-    .map(span)
-    .collect()
+    sqlx::query(&format!("select lower(r), upper(r) - 1 from {NOT_HELD_THROUGH_1} as r"))
+        .bind(as_sequence(acknowledged_through))
+        .fetch_all(&mut *connection)
+        .await?
+        .iter()
+        .map(span)
+        .collect()
 }
 
 /// How many sequences up to `acknowledged_through` the database does not hold: events
 /// JetStream saw acknowledged that a restore or a failover made the database forget, which a
 /// running projector applies again. None before a projector first started the ledger.
 pub async fn not_held(pool: &PgPool, acknowledged_through: u64) -> Result<Option<u64>, sqlx::Error> {
-    let missing: Option<i64> = sqlx::query_scalar(
-        "select (select coalesce(sum(upper(r) - lower(r)), 0) \
-                 from unnest(int8multirange(int8range(1, $1 + 1)) \
-                      - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r), '{}')) as r)::bigint \
-         from read_model_ledger where trusted_through is not null",
-    )
+    let missing: Option<i64> = sqlx::query_scalar(&format!(
+        "select (select coalesce(sum(upper(r) - lower(r)), 0) from {NOT_HELD_THROUGH_1} as r)::bigint \
+         from read_model_ledger where trusted_through is not null"
+    ))
     .bind(as_sequence(acknowledged_through))
     .fetch_optional(pool)
     .await?;
