@@ -24,6 +24,7 @@ use crate::reads::replicas::{Reads, ReplicaTarget};
 use crate::reads::PoolSettings;
 use crate::retrieve::Retrieves;
 use crate::signing::SigningSecrets;
+use crate::webhooks::{Deliverer, WebhookSettings};
 
 /// Everything a request needs.
 pub struct AppState {
@@ -39,6 +40,8 @@ pub struct AppState {
     pub listing: Listing,
     pub feeds: Feeds,
     pub retrieves: Retrieves,
+    /// Webhook deliveries for the endpoints this process holds.
+    pub webhooks: Arc<Deliverer>,
     /// Cancelled when the server begins to shut down: long polls answer at once.
     pub shutdown: CancellationToken,
 }
@@ -69,6 +72,8 @@ pub struct AppSettings {
     pub lookups_per_address: Policy,
     /// When searches walk a workspace.
     pub walks: WalkSettings,
+    /// How webhook deliveries are made.
+    pub webhooks: WebhookSettings,
 }
 
 impl AppState {
@@ -84,13 +89,18 @@ impl AppState {
             .collect();
         let reads = Reads::new(primary, replicas, settings.max_replica_lag);
         let peppers = Peppers::new(settings.pepper, settings.previous_peppers);
+        // The deliverer opens the endpoints' sealed secrets with the same peppers.
+        let webhook_peppers = peppers.clone();
         let authenticator = Arc::new(Authenticator::new(pool.clone(), peppers, settings.environment));
         let shutdown = CancellationToken::new();
         let signing = SigningSecrets::new(settings.cursor_secret, settings.previous_cursor_secrets);
         let tokens = SyncTokens::new(signing.clone());
+        let feeds = Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), shutdown.clone());
+        let webhooks = Arc::new(Deliverer::new(pool.clone(), webhook_peppers, settings.webhooks, feeds.bound.clone()));
         Self {
             listing: Listing::new(reads.clone(), CursorSigner::new(signing, settings.cursor_lifetime), settings.walks),
-            feeds: Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), shutdown.clone()),
+            feeds,
+            webhooks,
             retrieves: Retrieves::new(&pool, &reads),
             rate_limits: RateLimits::new(settings.per_key, settings.lookups_per_address),
             change_listener: Arc::default(),
@@ -110,12 +120,13 @@ impl AppState {
             self.listing.first_pages.clone(),
             self.feeds.heads.clone(),
             self.feeds.bound.clone(),
+            self.webhooks.clone(),
         ]
     }
 
     /// Starts the tasks that keep the state fresh while the process serves: the change
     /// listener, the feed's bound sampler, the replica monitor, the writer of key last-used
-    /// times and re-hashed keys, and the rate limits' sweeper. They stop when the returned
+    /// times and re-hashed keys, the rate limits' sweeper and the webhook deliverer. They stop when the returned
     /// handles are dropped.
     pub fn start_background_tasks(self: &Arc<Self>) -> BackgroundTasks {
         let state = self.clone();
@@ -132,6 +143,7 @@ impl AppState {
             tokio::spawn(self.reads.clone().watch()),
             tokio::spawn(self.authenticator.clone().flush_periodically()),
             tokio::spawn(sweeper),
+            tokio::spawn(self.webhooks.clone().run(self.shutdown.clone())),
         ])
     }
 }

@@ -285,6 +285,8 @@ pub struct ServeArgs {
     pub secrets: SecretArgs,
     #[command(flatten)]
     pub rate_limits: RateLimitArgs,
+    #[command(flatten)]
+    pub webhooks: WebhookArgs,
     /// Address the public HTTP API listens on.
     #[arg(long, env = "LECTERN_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -346,6 +348,7 @@ impl ServeArgs {
             per_key: self.rate_limits.per_key(),
             lookups_per_address: self.rate_limits.lookups_per_address(),
             walks: self.walk_settings(),
+            webhooks: self.webhooks.settings(),
         })
     }
 
@@ -354,6 +357,58 @@ impl ServeArgs {
         WalkSettings {
             below_rows: self.search_walk_below,
             recount_after: Duration::from_secs(self.workspace_recount_secs),
+        }
+    }
+}
+
+/// Where webhook deliveries may go (`serve` and `webhooks create` both check).
+#[derive(Clone, Copy, Debug, Args)]
+pub struct WebhookTargetArgs {
+    /// Let webhooks reach loopback, private and link-local addresses, and plain http: for
+    /// receivers on this machine or a private network. Off by default, so that a URL
+    /// someone asks you to register cannot reach your own network.
+    #[arg(
+        long = "webhooks-allow-private-targets",
+        env = "LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub allow_private_targets: bool,
+}
+
+impl WebhookTargetArgs {
+    pub fn policy(self) -> crate::webhooks::TargetPolicy {
+        crate::webhooks::TargetPolicy { allow_private: self.allow_private_targets }
+    }
+}
+
+/// How `serve` delivers webhooks.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct WebhookArgs {
+    #[command(flatten)]
+    pub targets: WebhookTargetArgs,
+    /// Milliseconds one delivery attempt may take, connecting included, before it counts as failed.
+    #[arg(long, env = "LECTERN_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub webhook_timeout_ms: u64,
+    /// Milliseconds before a failed delivery is first retried; each later retry waits twice as long (with jitter), at most an hour.
+    #[arg(long, env = "LECTERN_WEBHOOK_FIRST_RETRY_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub webhook_first_retry_ms: u64,
+    /// Seconds a delivery is retried before its endpoint is disabled (default three days).
+    #[arg(long, env = "LECTERN_WEBHOOK_RETRY_FOR_SECS", default_value_t = 259_200, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
+    pub webhook_retry_for_secs: u64,
+    /// Milliseconds a process's claim on an endpoint lasts unrenewed: how soon another
+    /// `serve` process takes over the deliveries of one that died.
+    #[arg(long, env = "LECTERN_WEBHOOK_LEASE_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(300..=600_000))]
+    pub webhook_lease_ms: u64,
+}
+
+impl WebhookArgs {
+    pub fn settings(&self) -> crate::webhooks::WebhookSettings {
+        crate::webhooks::WebhookSettings {
+            policy: self.targets.policy(),
+            timeout: Duration::from_millis(self.webhook_timeout_ms),
+            first_retry: Duration::from_millis(self.webhook_first_retry_ms),
+            retry_for: Duration::from_secs(self.webhook_retry_for_secs),
+            lease: Duration::from_millis(self.webhook_lease_ms),
         }
     }
 }

@@ -296,6 +296,23 @@ pub enum CommandError {
     /// `keys revoke` was given an id that does not exist.
     #[error("no API key with id {0}")]
     NoSuchKey(String),
+    /// `webhooks` was given an endpoint id that does not exist.
+    #[error("no webhook endpoint with id {0}")]
+    NoSuchEndpoint(uuid::Uuid),
+    /// `webhooks redeliver` was given a delivery id that does not exist.
+    #[error("no webhook delivery with id {0}")]
+    NoSuchDelivery(String),
+    /// `webhooks redeliver` found another delivery of the same endpoint and resource pending.
+    #[error(
+        "delivery {pending} of the same endpoint and resource is pending and announces the same changes: nothing          was scheduled (see `webhooks deliveries`)"
+    )]
+    DeliveryPending { pending: String },
+    /// `webhooks create` was given a URL deliveries may not go to.
+    #[error("refused webhook URL: {0}")]
+    WebhookTarget(#[source] crate::webhooks::target::TargetError),
+    /// An endpoint's sealed secret does not open with the configured peppers.
+    #[error("{0}")]
+    WebhookSecret(#[source] crate::webhooks::secret::SealError),
     /// `healthcheck` found the service unhealthy or unreachable.
     #[error("unhealthy: {0}")]
     Unhealthy(#[source] lectern_runtime::probe::ProbeError),

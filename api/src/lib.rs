@@ -10,6 +10,7 @@
 //! - [`retrieve`]: one record by id, read in batches.
 //! - [`resources`]: contacts and items, as every feature reads them.
 //! - [`keys`]: key format, peppered hashes, the caching authenticator.
+//! - [`webhooks`]: signed deliveries that tell an endpoint a workspace's feed changed.
 //!
 //! What the features share, knowing none of them:
 //! - [`reads`]: the read runtime: pool, migrations, connections, replicas, notifications.
@@ -39,3 +40,4 @@ pub mod resources;
 pub mod retrieve;
 pub mod signing;
 pub mod telemetry;
+pub mod webhooks;

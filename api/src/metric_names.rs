@@ -35,3 +35,10 @@ pub const CONNECTIONS_REFUSED: &str = "lectern_http_connections_refused_total";
 /// Connections closed for sending no request head in time (`reason="no_request"`)
 /// or for staying idle after their last response (`reason="idle"`).
 pub const CONNECTIONS_EXPIRED: &str = "lectern_http_connections_expired_total";
+/// Webhook delivery attempts, by `outcome` (`delivered`: 2xx; `failed`: retried later;
+/// `gave_up`: retried for too long, the endpoint disabled).
+pub const WEBHOOK_ATTEMPTS: &str = "lectern_api_webhook_attempts_total";
+/// Seconds from a delivery's first change being seen to its 2xx.
+pub const WEBHOOK_DELIVERY_SECONDS: &str = "lectern_api_webhook_delivery_seconds";
+/// Endpoints disabled because their deliveries failed for too long.
+pub const WEBHOOK_ENDPOINTS_FAILING: &str = "lectern_api_webhook_endpoints_disabled_by_failures";

@@ -88,6 +88,11 @@ impl AppOptions {
             walks: self.walks,
             replicas: self.replicas.clone(),
             max_replica_lag: self.max_replica_lag,
+            // The tests' receivers listen on loopback.
+            webhooks: lectern_api::webhooks::WebhookSettings {
+                policy: lectern_api::webhooks::TargetPolicy { allow_private: true },
+                ..Default::default()
+            },
         }
     }
 }

@@ -29,14 +29,22 @@ fn built(name: &str) -> PathBuf {
         .ok()
         .and_then(|exe| exe.parent().and_then(|deps| deps.parent()).map(PathBuf::from))
         .expect("test binary lives in target/<profile>/deps");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", name, "--bin", name])
-        // `cargo test` sets it to this crate's directory for the test process; inherited,
-        // it differs from the outer build's and makes ring's build script (which watches
-        // it) run again, rebuilding the TLS stack and the binaries on every run.
-        .env_remove("CARGO_MANIFEST_DIR")
-        .status()
-        .expect("run cargo build");
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "--quiet", "-p", name, "--bin", name]);
+    // `cargo test` sets the package's variables (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, …) for
+    // the test process; inherited, they differ from the outer build's and make ring's build
+    // script (which watches them) run again, rebuilding the TLS stack and the binaries on
+    // every run. Cargo's own settings (CARGO_HOME, CARGO_TARGET_DIR, …) stay.
+    for (variable, _) in std::env::vars_os() {
+        let variable = variable.to_string_lossy();
+        if variable.starts_with("CARGO_PKG_")
+            || variable.starts_with("CARGO_MANIFEST_")
+            || ["CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR"].contains(&variable.as_ref())
+        {
+            build.env_remove(variable.as_ref());
+        }
+    }
+    let status = build.status().expect("run cargo build");
     assert!(status.success(), "building {name} failed");
     profile_dir.join(name)
 }

@@ -14,6 +14,7 @@
 //! - [`projector`]: the projector's run loop in-process, and publishing events.
 //! - [`process`]: a long-running binary under test, its logs and its SIGTERM.
 //! - [`postgres`]: a private PostgreSQL server per test, to stop, crash and restart.
+//! - [`webhooks`]: a webhook receiver on loopback, and the official library's verdict.
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
@@ -26,6 +27,7 @@ pub mod postgres;
 pub mod process;
 pub mod projector;
 pub mod seed;
+pub mod webhooks;
 
 pub use app::{Reply, TestApp};
 pub use database::TestDatabase;

@@ -1,7 +1,8 @@
-//! The `lectern-api` command line: `serve`, `migrate`, `keys`, `healthcheck`, `openapi`.
+//! The `lectern-api` command line: `serve`, `migrate`, `keys`, `webhooks`, `healthcheck`, `openapi`.
 
 mod keys;
 pub mod serve;
+mod webhooks;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -29,6 +30,9 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Manage the webhook endpoints `serve` delivers to, and their deliveries.
+    #[command(subcommand)]
+    Webhooks(webhooks::WebhooksCommand),
     /// Exit 0 if the URL answers 200 (a container health check that needs no curl).
     Healthcheck(HealthcheckArgs),
     /// Print the OpenAPI document (the source of schema/openapi.json).
@@ -56,6 +60,7 @@ async fn run(command: Command) -> Result<(), CommandError> {
         Command::Serve(args) => serve::serve(args).await,
         Command::Migrate(args) => migrate(&args.database_url).await,
         Command::Keys(command) => keys::run(command).await,
+        Command::Webhooks(command) => webhooks::run(command).await,
         Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(CommandError::Unhealthy),
         Command::Openapi => write_stdout(&crate::http::openapi::document()),
     }

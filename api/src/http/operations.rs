@@ -58,15 +58,19 @@ fn describe_database_problem(error: &sqlx::Error) -> String {
 /// [`readiness`].
 pub fn readiness_check(state: &AppState) -> ReadinessCheck {
     let (pool, listener, reads) = (state.pool.clone(), state.change_listener.clone(), state.reads.clone());
-    let stopping = state.shutdown.clone();
+    let (stopping, webhooks) = (state.shutdown.clone(), state.webhooks.clone());
     Arc::new(move || {
         let (pool, listener, reads) = (pool.clone(), listener.clone(), reads.clone());
-        let stopping = stopping.clone();
+        let (stopping, webhooks) = (stopping.clone(), webhooks.clone());
         Box::pin(async move {
             if stopping.is_cancelled() {
                 return Err(vec![SHUTTING_DOWN.to_owned()]);
             }
-            readiness(&pool, &listener, &reads).await
+            // A disabled endpoint is the receiver's problem, not this process's: a
+            // detail of a ready answer, never a 503.
+            let mut degraded = readiness(&pool, &listener, &reads).await?;
+            degraded.extend(webhooks.problems());
+            Ok(degraded)
         })
     })
 }

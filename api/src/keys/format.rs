@@ -161,6 +161,12 @@ impl Pepper {
         mac.finalize().into_bytes().into()
     }
 
+    /// A key for another purpose, named by `label`, derived from this pepper (HMAC-SHA256
+    /// of the label): one secret for the operator to keep, and no derived key reveals it.
+    pub fn derive(&self, label: &str) -> [u8; 32] {
+        self.hmac(label)
+    }
+
     /// Compares in constant time, so response timing reveals nothing about the hash.
     pub fn verify(&self, key: &ParsedKey, stored: &[u8]) -> bool {
         use subtle::ConstantTimeEq;
@@ -236,6 +242,11 @@ impl Peppers {
         } else {
             None
         }
+    }
+
+    /// The current pepper and each listed previous one, current first.
+    pub fn all(&self) -> impl Iterator<Item = &Pepper> {
+        std::iter::once(&self.current).chain(&self.previous)
     }
 
     /// Which pepper a key whose hash carries `fingerprint` depends on.

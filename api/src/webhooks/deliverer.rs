@@ -1,0 +1,511 @@
+//! Deliveries in `serve`. Every process runs a [`Deliverer`]; each endpoint is delivered
+//! for by one process at a time, the one holding its lease in `webhook_endpoints`
+//! (renewed every third of the lease; a process killed mid-delivery loses it when it
+//! lapses, and another takes over). The holder runs one task per endpoint, woken by the
+//! change listener when the endpoint's workspace is written, and at least every
+//! [`SWEEP_EVERY`] in case a notification was missed.
+//!
+//! Coalescing: an endpoint has at most one pending delivery per resource. Each look
+//! compares the feed's newest transaction below the feed's bound (what a receiver pulling
+//! now would see) with the newest one a delivery answered 2xx announced; when the feed is
+//! ahead, the pending delivery is created or raised to it. So a receiver is told again
+//! about every change it was not told about, and thousands of changes during one attempt
+//! or one back-off make one delivery, not thousands.
+//!
+//! At least once: a delivery leaves the pending state only when the receiver answered
+//! 2xx (and the lease was still held), so a delivery in flight when its process dies is
+//! sent again by the next holder, with the same `webhook-id`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::attempt::{self, Announcement, Outcome};
+use super::secret::{SealError, SigningSecret};
+use super::{Resource, WebhookSettings};
+use crate::feed::bound::FeedBound;
+use crate::keys::Peppers;
+use crate::metric_names::{WEBHOOK_ATTEMPTS, WEBHOOK_DELIVERY_SECONDS, WEBHOOK_ENDPOINTS_FAILING};
+use crate::reads::change::{Change, Channel, Follower};
+use crate::reads::freshness::Trust;
+use lectern_read_model::CHANGE_TRANSACTION;
+
+/// The longest an endpoint goes unlooked at, notifications or not.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+/// Looks again this soon when a notified change is not yet below the feed's bound (an
+/// older writer still runs), doubling up to [`SWEEP_EVERY`].
+const HELD_RECHECK: Duration = Duration::from_millis(20);
+/// The longest wait between two retries.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
+/// Most due deliveries one look sends (one per resource is the most there can be).
+const DUE_PER_LOOK: i64 = 4;
+
+/// One endpoint this process delivers for.
+struct Worker {
+    workspace_id: Uuid,
+    wake: Arc<Wake>,
+    task: JoinHandle<()>,
+}
+
+/// What wakes a worker: a change of its workspace, and the newest notified transaction
+/// of each resource, which the feed must show before the look counts as done.
+#[derive(Default)]
+struct Wake {
+    notify: Notify,
+    notified: [AtomicI64; 2],
+}
+
+/// Webhook deliveries of one process.
+pub struct Deliverer {
+    pool: PgPool,
+    peppers: Peppers,
+    settings: WebhookSettings,
+    bound: Arc<FeedBound>,
+    client: Option<reqwest::Client>,
+    /// This process's name in the leases.
+    owner: Uuid,
+    workers: Mutex<HashMap<Uuid, Worker>>,
+    /// Endpoints disabled after their deliveries failed for too long, for readiness.
+    failing: Mutex<Vec<String>>,
+    trust: Trust,
+}
+
+/// An endpoint as a look needs it.
+#[derive(sqlx::FromRow)]
+struct Endpoint {
+    workspace_id: Uuid,
+    url: String,
+    resources: Vec<String>,
+    secret_sealed: Vec<u8>,
+    previous_secret_sealed: Option<Vec<u8>>,
+    previous_secret_until: Option<DateTime<Utc>>,
+    pepper_fingerprint: Vec<u8>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Due {
+    id: String,
+    resource: String,
+    created_at: DateTime<Utc>,
+}
+
+/// Why a look failed (it is tried again after [`SWEEP_EVERY`]).
+#[derive(Debug, thiserror::Error)]
+enum LookError {
+    #[error("reading or writing the endpoint's deliveries")]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Secret(#[from] SealError),
+}
+
+impl Deliverer {
+    pub fn new(pool: PgPool, peppers: Peppers, settings: WebhookSettings, bound: Arc<FeedBound>) -> Self {
+        let client = match attempt::client(settings.policy, settings.timeout) {
+            Ok(client) => Some(client),
+            Err(error) => {
+                tracing::error!(error = %lectern_runtime::with_causes(&error), "no HTTP client for webhook deliveries; none will be made");
+                None
+            }
+        };
+        Self {
+            pool,
+            peppers,
+            settings,
+            bound,
+            client,
+            owner: Uuid::new_v4(),
+            workers: Mutex::default(),
+            failing: Mutex::default(),
+            trust: Trust::default(),
+        }
+    }
+
+    /// What readiness reports: endpoints disabled after their deliveries kept failing.
+    pub fn problems(&self) -> Vec<String> {
+        self.failing.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Claims endpoints and delivers for them until `stopping`; then gives up its leases so
+    /// that another process takes over at once.
+    pub async fn run(self: Arc<Self>, stopping: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.settings.lease / 3);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stopping.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            match self.claim().await {
+                Ok(held) => self.keep_workers(held),
+                Err(error) => {
+                    tracing::warn!(error = %crate::error::chain(&error), "claiming webhook endpoints failed; trying again");
+                }
+            }
+            if let Err(error) = self.count_failing().await {
+                tracing::debug!(error = %crate::error::chain(&error), "counting failing webhook endpoints failed");
+            }
+        }
+        self.keep_workers(Vec::new());
+        let released = sqlx::query("update webhook_endpoints set lease_until = null where lease_owner = $1")
+            .bind(self.owner)
+            .execute(&self.pool)
+            .await;
+        if let Err(error) = released {
+            tracing::warn!(error = %crate::error::chain(&error), "releasing webhook leases failed; another process takes over when they lapse");
+        }
+    }
+
+    /// Renews this process's leases and takes the enabled endpoints nobody holds.
+    async fn claim(&self) -> Result<Vec<(Uuid, Uuid)>, sqlx::Error> {
+        sqlx::query_as(
+            "with claimable as ( \
+                 select id from webhook_endpoints \
+                 where enabled and (lease_owner = $1 or lease_until is null or lease_until < now()) \
+                 for update skip locked) \
+             update webhook_endpoints e set lease_owner = $1, lease_until = now() + make_interval(secs => $2) \
+             from claimable where e.id = claimable.id returning e.id, e.workspace_id",
+        )
+        .bind(self.owner)
+        .bind(self.settings.lease.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Starts a worker for each endpoint newly held and stops those of endpoints no
+    /// longer held (disabled, deleted, or taken over after a lapse).
+    fn keep_workers(self: &Arc<Self>, held: Vec<(Uuid, Uuid)>) {
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        let held: HashMap<Uuid, Uuid> = held.into_iter().collect();
+        workers.retain(|endpoint, worker| {
+            let keep = held.contains_key(endpoint);
+            if !keep {
+                worker.task.abort();
+            }
+            keep
+        });
+        for (endpoint, workspace_id) in held {
+            workers.entry(endpoint).or_insert_with(|| {
+                let wake = Arc::new(Wake::default());
+                let task = tokio::spawn(self.clone().deliver_for(endpoint, wake.clone()));
+                Worker { workspace_id, wake, task }
+            });
+        }
+    }
+
+    async fn count_failing(&self) -> Result<(), sqlx::Error> {
+        let failing: Vec<(Uuid, Uuid, Option<String>)> = sqlx::query_as(
+            "select id, workspace_id, disabled_reason from webhook_endpoints where disabled_by = 'failures' \
+             order by id limit 20",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let count: i64 = sqlx::query_scalar("select count(*) from webhook_endpoints where disabled_by = 'failures'")
+            .fetch_one(&self.pool)
+            .await?;
+        metrics::gauge!(WEBHOOK_ENDPOINTS_FAILING).set(count as f64);
+        let problems = failing
+            .into_iter()
+            .map(|(id, workspace, reason)| {
+                format!(
+                    "webhook endpoint {id} (workspace {workspace}) was disabled: {}; fix the receiver, then run \
+                     `lectern-api webhooks enable {id}`",
+                    reason.unwrap_or_default()
+                )
+            })
+            .collect();
+        *self.failing.lock().unwrap_or_else(PoisonError::into_inner) = problems;
+        Ok(())
+    }
+
+    /// One endpoint's worker: looks, then sleeps until woken, a retry is due, or the sweep.
+    async fn deliver_for(self: Arc<Self>, endpoint: Uuid, wake: Arc<Wake>) {
+        let mut held_recheck = HELD_RECHECK;
+        loop {
+            let woken = wake.notify.notified();
+            let wait = match self.look(endpoint, &wake).await {
+                Ok(Look { next_due, behind_notified }) => {
+                    let mut wait = next_due.unwrap_or(SWEEP_EVERY).min(SWEEP_EVERY);
+                    if behind_notified {
+                        wait = wait.min(held_recheck);
+                        held_recheck = (held_recheck * 2).min(SWEEP_EVERY);
+                    } else {
+                        held_recheck = HELD_RECHECK;
+                    }
+                    wait
+                }
+                Err(error) => {
+                    tracing::warn!(%endpoint, error = %crate::error::chain(&error), "a webhook look failed; trying again");
+                    SWEEP_EVERY
+                }
+            };
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Creates or raises the endpoint's pending deliveries to what its feeds show, and
+    /// sends those that are due.
+    async fn look(&self, endpoint_id: Uuid, wake: &Wake) -> Result<Look, LookError> {
+        let notified: Vec<i64> = wake.notified.iter().map(|position| position.load(Ordering::Acquire)).collect();
+        let endpoint: Option<Endpoint> = sqlx::query_as(
+            "select workspace_id, url, resources, secret_sealed, previous_secret_sealed, previous_secret_until, \
+                    pepper_fingerprint \
+             from webhook_endpoints where id = $1 and enabled and lease_owner = $2",
+        )
+        .bind(endpoint_id)
+        .bind(self.owner)
+        .fetch_optional(&self.pool)
+        .await?;
+        // Disabled, deleted or taken over: the claimer stops this worker at its next round.
+        let Some(endpoint) = endpoint else {
+            return Ok(Look { next_due: None, behind_notified: false });
+        };
+        let workspace_id = endpoint.workspace_id;
+        let bound = self.bound.sampled_since(&self.pool, Instant::now()).await?;
+        let mut behind_notified = false;
+        for resource in endpoint.resources.iter().filter_map(|name| Resource::named(name)) {
+            let head: i64 = sqlx::query_scalar(&format!(
+                "select coalesce(max({CHANGE_TRANSACTION}), 0) from {table} \
+                 where workspace_id = $1 and {CHANGE_TRANSACTION} < $2",
+                table = resource.as_str()
+            ))
+            .bind(workspace_id)
+            .bind(bound.position)
+            .fetch_one(&self.pool)
+            .await?;
+            behind_notified |= notified[resource as usize] > head;
+            sqlx::query(
+                "insert into webhook_deliveries (id, endpoint_id, resource, through) \
+                 select $1, $2, $3, $4 where $4 > coalesce( \
+                     (select through from webhook_announced where endpoint_id = $2 and resource = $3), 0) \
+                 on conflict (endpoint_id, resource) where state = 'pending' \
+                 do update set through = greatest(webhook_deliveries.through, excluded.through)",
+            )
+            .bind(delivery_id())
+            .bind(endpoint_id)
+            .bind(resource.as_str())
+            .bind(head)
+            .execute(&self.pool)
+            .await?;
+        }
+        let due: Vec<Due> = sqlx::query_as(
+            "select id, resource, created_at from webhook_deliveries \
+             where endpoint_id = $1 and state = 'pending' and next_attempt_at <= now() \
+             order by next_attempt_at limit $2",
+        )
+        .bind(endpoint_id)
+        .bind(DUE_PER_LOOK)
+        .fetch_all(&self.pool)
+        .await?;
+        if !due.is_empty() {
+            let secrets = self.secrets(endpoint_id, &endpoint)?;
+            for delivery in due {
+                self.attempt(endpoint_id, workspace_id, &endpoint.url, &secrets, &delivery).await?;
+            }
+        }
+        let next_due: Option<f64> = sqlx::query_scalar(
+            "select extract(epoch from min(next_attempt_at) - now())::float8 from webhook_deliveries \
+             where endpoint_id = $1 and state = 'pending'",
+        )
+        .bind(endpoint_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Look { next_due: next_due.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))), behind_notified })
+    }
+
+    /// The secrets a delivery is signed with: the current one, and the one before the
+    /// last rotation while its overlap lasts.
+    fn secrets(&self, endpoint_id: Uuid, endpoint: &Endpoint) -> Result<Vec<SigningSecret>, SealError> {
+        let fingerprint = &endpoint.pepper_fingerprint;
+        let mut secrets = vec![SigningSecret::open(&endpoint.secret_sealed, fingerprint, &self.peppers, endpoint_id)?];
+        if let (Some(previous), Some(until)) = (&endpoint.previous_secret_sealed, endpoint.previous_secret_until) {
+            if until > Utc::now() {
+                secrets.push(SigningSecret::open(previous, fingerprint, &self.peppers, endpoint_id)?);
+            }
+        }
+        Ok(secrets)
+    }
+
+    /// One attempt of a due delivery, and its outcome recorded (only while the lease is
+    /// this process's: a process that lost it leaves the outcome to the new holder).
+    async fn attempt(
+        &self,
+        endpoint_id: Uuid,
+        workspace_id: Uuid,
+        url: &str,
+        secrets: &[SigningSecret],
+        delivery: &Due,
+    ) -> Result<(), sqlx::Error> {
+        let Some(resource) = Resource::named(&delivery.resource) else { return Ok(()) };
+        let Some(client) = &self.client else { return Ok(()) };
+        let announcement = Announcement { id: &delivery.id, workspace_id, resource, since: delivery.created_at };
+        let outcome = attempt::send(client, self.settings.policy, url, &announcement, secrets).await;
+        let (status, error) = match &outcome {
+            Outcome::Delivered(status) => (Some(i32::from(*status)), None),
+            Outcome::Refused(status) => (Some(i32::from(*status)), Some(format!("answered {status}"))),
+            Outcome::Failed(error) => (None, Some(error.clone())),
+        };
+        if let Outcome::Delivered(_) = outcome {
+            let mut transaction = self.pool.begin().await?;
+            let delivered: Option<(i64, f64)> = sqlx::query_as(
+                "update webhook_deliveries d set state = 'delivered', delivered_at = now(), attempts = attempts + 1, \
+                        first_attempt_at = coalesce(first_attempt_at, now()), last_attempt_at = now(), \
+                        last_status = $2, last_error = null \
+                 from webhook_endpoints e \
+                 where d.id = $1 and d.state = 'pending' and e.id = d.endpoint_id and e.lease_owner = $3 \
+                 returning d.through, extract(epoch from now() - d.created_at)::float8",
+            )
+            .bind(&delivery.id)
+            .bind(status)
+            .bind(self.owner)
+            .fetch_optional(&mut *transaction)
+            .await?;
+            if let Some((through, seconds)) = delivered {
+                sqlx::query(
+                    "insert into webhook_announced (endpoint_id, resource, through) values ($1, $2, $3) \
+                     on conflict (endpoint_id, resource) \
+                     do update set through = greatest(webhook_announced.through, excluded.through)",
+                )
+                .bind(endpoint_id)
+                .bind(resource.as_str())
+                .bind(through)
+                .execute(&mut *transaction)
+                .await?;
+                metrics::histogram!(WEBHOOK_DELIVERY_SECONDS).record(seconds);
+            }
+            transaction.commit().await?;
+            metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "delivered").increment(1);
+            return Ok(());
+        }
+        let error = error.unwrap_or_default();
+        let attempts: Option<(i32, String)> = sqlx::query_as(
+            "update webhook_deliveries d set attempts = attempts + 1, last_attempt_at = now(), \
+                    first_attempt_at = coalesce(first_attempt_at, now()), last_status = $2, last_error = $3, \
+                    state = case when coalesce(first_attempt_at, now()) + make_interval(secs => $4) <= now() \
+                                 then 'failed' else 'pending' end \
+             from webhook_endpoints e \
+             where d.id = $1 and d.state = 'pending' and e.id = d.endpoint_id and e.lease_owner = $5 \
+             returning d.attempts, d.state",
+        )
+        .bind(&delivery.id)
+        .bind(status)
+        .bind(&error)
+        .bind(self.settings.retry_for.as_secs_f64())
+        .bind(self.owner)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some((attempts, state)) = attempts else { return Ok(()) };
+        if state == "failed" {
+            metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "gave_up").increment(1);
+            let reason = format!(
+                "deliveries failed for {} s after the first attempt (last: {error})",
+                self.settings.retry_for.as_secs()
+            );
+            tracing::warn!(%endpoint_id, %workspace_id, %reason, "webhook endpoint disabled");
+            sqlx::query(
+                "update webhook_endpoints set enabled = false, disabled_by = 'failures', disabled_reason = $2 \
+                 where id = $1",
+            )
+            .bind(endpoint_id)
+            .bind(&reason)
+            .execute(&self.pool)
+            .await?;
+            return Ok(());
+        }
+        metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "failed").increment(1);
+        let delay = retry_delay(self.settings.first_retry, attempts);
+        tracing::info!(%endpoint_id, delivery = %delivery.id, attempts, %error, retry_in_ms = delay.as_millis() as u64, "webhook delivery failed; retrying");
+        sqlx::query("update webhook_deliveries set next_attempt_at = now() + make_interval(secs => $2) where id = $1")
+            .bind(&delivery.id)
+            .bind(delay.as_secs_f64())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// What a look found.
+struct Look {
+    /// When the next pending delivery is due.
+    next_due: Option<Duration>,
+    /// A notified change is not below the feed's bound yet.
+    behind_notified: bool,
+}
+
+/// After `attempts` failed attempts: `first` doubled for each, at most an hour, and
+/// "equal jitter" (between half and all of it) so that endpoints that failed together do
+/// not retry together.
+pub fn retry_delay(first: Duration, attempts: i32) -> Duration {
+    let doublings = u32::try_from(attempts.saturating_sub(1)).unwrap_or(0).min(20);
+    let full = first.saturating_mul(1 << doublings).min(MAX_RETRY_DELAY);
+    full / 2 + full.mul_f64(rand::thread_rng().gen_range(0.0..0.5))
+}
+
+/// A new `webhook-id`.
+fn delivery_id() -> String {
+    format!("msg_{}", Uuid::new_v4().simple())
+}
+
+impl Follower for Deliverer {
+    fn channel(&self) -> Channel {
+        Channel::ReadModel
+    }
+
+    fn changed(&self, change: &Change) {
+        let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        for worker in workers.values() {
+            match change {
+                Change::Rows { workspace_id, resource, position } if *workspace_id == worker.workspace_id => {
+                    if let (Some(resource), Some(position)) = (Resource::named(resource), position) {
+                        worker.wake.notified[resource as usize].fetch_max(*position, Ordering::AcqRel);
+                    }
+                    worker.wake.notify.notify_one();
+                }
+                Change::Rows { .. } => {}
+                _ => worker.wake.notify.notify_one(),
+            }
+        }
+    }
+
+    fn forget_everything(&self) {
+        let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        for worker in workers.values() {
+            worker.wake.notify.notify_one();
+        }
+    }
+
+    fn trust(&self) -> &Trust {
+        &self.trust
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_wait_twice_as_long_each_time_with_jitter_up_to_an_hour() {
+        let first = Duration::from_secs(5);
+        for (attempts, full) in [(1, 5), (2, 10), (3, 20), (10, 2_560), (30, 3_600)] {
+            for _ in 0..50 {
+                let delay = retry_delay(first, attempts);
+                let full = Duration::from_secs(full);
+                assert!(
+                    delay >= full / 2 && delay <= full,
+                    "attempt {attempts}: {delay:?} outside {full:?}/2..{full:?}"
+                );
+            }
+        }
+    }
+}
