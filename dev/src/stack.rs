@@ -49,6 +49,8 @@ pub async fn run(args: StackArgs) -> Result<(), DevError> {
     let mut settings = args.serve.clone();
     // One process on a newcomer's machine, behind no load balancer: Ctrl-C stops it at once.
     settings.shutdown_grace_ms.get_or_insert(0);
+    // A newcomer's first webhook receiver listens on this machine, over plain http.
+    settings.webhooks.targets.allow_private_targets = true;
     let settings = &settings;
     let url = &settings.database.database_url;
     migrate(url).await?;
@@ -242,6 +244,11 @@ fn print_quick_start(
          \nFresh demo key (contacts:read, items:read), shown once:\n\n  {key}\n\
          \nTry:\n  curl -s -H 'X-API-Key: {key}' 'http://{api}/v1/contacts?limit=5'\
          \n  curl -s -H 'X-API-Key: {key}' 'http://{api}/v1/items?search=consult'\n\
+         \nWebhooks: to have a local receiver told whenever the demo workspace's contacts change\
+         \n(private targets are allowed in development mode):\
+         \n  cargo run -q -p lectern-api -- webhooks create --workspace {DEMO_WORKSPACE} \\\
+         \n      --url http://127.0.0.1:9000/hooks --resource contacts --webhooks-allow-private-targets\
+         \nIt prints the signing secret once (see docs/api.md, Webhooks).\n\
          \nStop with Ctrl-C.\n",
         active.contacts, active.items
     ))?;

@@ -2,6 +2,7 @@
 //! key it prints, health and readiness on both addresses, a passing `healthcheck`.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use lectern_api::reads::MIGRATOR;
 use lectern_fixtures::demo::{demo_events, expected_active_counts, DEMO_WORKSPACE};
@@ -10,7 +11,7 @@ use lectern_tests::binaries::{lectern_api, lectern_projector};
 use lectern_tests::nats::{free_port, TestNats};
 use lectern_tests::process::run_to_end;
 use lectern_tests::Reply;
-use serde_json::json;
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::support::{
@@ -219,5 +220,42 @@ async fn dev_serves_the_demo_history_in_the_changes_feed_and_a_published_change_
     assert_eq!(entries.len(), 1, "{}", reply.text);
     assert_eq!(entries[0]["id"], "b3c6a1d2-2f0e-4c1b-9a9e-7e3d5c2b1a00", "{}", reply.text);
     assert_eq!(entries[0]["change"], "upserted");
+    dev.stop().await;
+}
+
+#[tokio::test]
+async fn the_webhook_command_dev_prints_registers_a_local_receiver_that_dev_then_delivers_to() {
+    let nats = TestNats::start().await;
+    let (url, _) = missing_database();
+    let dev = Dev::start(&url, &nats.url).await;
+    let receiver = lectern_tests::webhooks::Receiver::start().await;
+    let stdout = dev.service.stdout();
+    let printed = stdout
+        .lines()
+        .skip_while(|line| !line.contains("webhooks create"))
+        .take_while(|line| !line.trim().is_empty() && !line.starts_with("It prints"))
+        .map(|line| line.trim().trim_end_matches('\\').trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let arguments: Vec<&str> = printed.split_whitespace().skip_while(|word| *word != "webhooks").skip(1).collect();
+    assert!(arguments.starts_with(&["create"]), "no webhooks command printed:\n{stdout}");
+    // The printed command as a newcomer runs it, with this test's receiver and database.
+    let mut arguments: Vec<String> = arguments.iter().map(|word| (*word).to_owned()).collect();
+    let url_at = arguments.iter().position(|word| word == "--url").expect("the printed command names --url") + 1;
+    arguments[url_at] = receiver.url.clone();
+    arguments.extend(["--output".to_owned(), "json".to_owned()]);
+    let mut command = vec!["webhooks"];
+    command.extend(arguments.iter().map(String::as_str));
+    let run = run_to_end(&lectern_api(), &command, &[("DATABASE_URL", url.as_str())], PROCESS_TIMEOUT).await;
+    run.assert_success();
+    let secret: Value = serde_json::from_str(run.stdout.trim()).expect("create prints JSON");
+
+    lectern_tests::seed::ContactSeed::named("Hooked Ltd").insert(&connect(&url).await, DEMO_WORKSPACE).await;
+
+    let deliveries =
+        receiver.wait_for(Duration::from_secs(30), "dev's delivery", |deliveries| !deliveries.is_empty()).await;
+    assert_eq!(deliveries[0].json()["data"]["workspaceId"], DEMO_WORKSPACE.to_string());
+    lectern_tests::webhooks::verify_with_standardwebhooks(&deliveries, &[secret["secret"].as_str().expect("secret")])
+        .await;
     dev.stop().await;
 }
