@@ -2,8 +2,9 @@
 //! for by one process at a time, the one holding its lease in `webhook_endpoints`
 //! (renewed every third of the lease; a process killed mid-delivery loses it when it
 //! lapses, and another takes over). The holder runs one task per endpoint, woken by the
-//! change listener when the endpoint's workspace is written, and at least every
-//! [`SWEEP_EVERY`] in case a notification was missed.
+//! change listener when the endpoint's workspace is written (and all at once when the
+//! listener was down, since notifications may have been missed), and at least every
+//! [`IDLE_SWEEP`] besides, or every [`SWEEP_EVERY`] while the listener is down.
 //!
 //! Coalescing: an endpoint has at most one pending delivery per resource. Each look
 //! compares the feed's newest transaction below the feed's bound (what a receiver pulling
@@ -39,8 +40,15 @@ use crate::reads::change::{Change, Channel, Follower};
 use crate::reads::freshness::Trust;
 use lectern_read_model::CHANGE_TRANSACTION;
 
-/// The longest an endpoint goes unlooked at, notifications or not.
+/// The longest an endpoint goes unlooked at while the change listener is down.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+/// The longest an endpoint goes unlooked at while the listener is up: a write wakes its
+/// endpoints at once, so this only bounds what a lost notification could delay.
+pub const IDLE_SWEEP: Duration = Duration::from_secs(60);
+/// Delivered and failed deliveries are kept this long for `webhooks deliveries`.
+const LOG_KEPT_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often the delivery log is pruned (by whichever processes run).
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Looks again this soon when a notified change is not yet below the feed's bound (an
 /// older writer still runs), doubling up to [`SWEEP_EVERY`].
 const HELD_RECHECK: Duration = Duration::from_millis(20);
@@ -139,6 +147,7 @@ impl Deliverer {
     pub async fn run(self: Arc<Self>, stopping: CancellationToken) {
         let mut ticker = tokio::time::interval(self.settings.lease / 3);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pruned = Instant::now();
         loop {
             tokio::select! {
                 () = stopping.cancelled() => break,
@@ -152,6 +161,19 @@ impl Deliverer {
             }
             if let Err(error) = self.count_failing().await {
                 tracing::debug!(error = %crate::error::chain(&error), "counting failing webhook endpoints failed");
+            }
+            if pruned.elapsed() >= PRUNE_EVERY {
+                pruned = Instant::now();
+                let prune = sqlx::query(
+                    "delete from webhook_deliveries where state <> 'pending' \
+                     and created_at < now() - make_interval(secs => $1)",
+                )
+                .bind(LOG_KEPT_FOR.as_secs_f64())
+                .execute(&self.pool)
+                .await;
+                if let Err(error) = prune {
+                    tracing::debug!(error = %crate::error::chain(&error), "pruning the webhook delivery log failed");
+                }
             }
         }
         self.keep_workers(Vec::new());
@@ -233,7 +255,8 @@ impl Deliverer {
             let woken = wake.notify.notified();
             let wait = match self.look(endpoint, &wake).await {
                 Ok(Look { next_due, behind_notified }) => {
-                    let mut wait = next_due.unwrap_or(SWEEP_EVERY).min(SWEEP_EVERY);
+                    let sweep = if self.trust.get() { IDLE_SWEEP } else { SWEEP_EVERY };
+                    let mut wait = next_due.unwrap_or(sweep).min(sweep);
                     if behind_notified {
                         wait = wait.min(held_recheck);
                         held_recheck = (held_recheck * 2).min(SWEEP_EVERY);
