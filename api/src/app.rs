@@ -96,7 +96,7 @@ impl AppState {
         let signing = SigningSecrets::new(settings.cursor_secret, settings.previous_cursor_secrets);
         let tokens = SyncTokens::new(signing.clone());
         let feeds = Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), shutdown.clone());
-        let webhooks = Arc::new(Deliverer::new(pool.clone(), webhook_peppers, settings.webhooks, feeds.bound.clone()));
+        let webhooks = Arc::new(Deliverer::new(&pool, webhook_peppers, settings.webhooks, feeds.bound.clone()));
         Self {
             listing: Listing::new(reads.clone(), CursorSigner::new(signing, settings.cursor_lifetime), settings.walks),
             feeds,

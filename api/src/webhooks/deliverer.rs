@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use rand::Rng;
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -54,6 +55,10 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 const HELD_RECHECK: Duration = Duration::from_millis(20);
 /// The longest wait between two retries.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
+/// The deliverer's own connections.
+const CONNECTIONS: u32 = 4;
+/// How its sessions are named in `pg_stat_activity`.
+pub const APPLICATION: &str = "lectern-api-webhooks";
 /// Most due deliveries one look sends (one per resource is the most there can be).
 const DUE_PER_LOOK: i64 = 4;
 
@@ -116,7 +121,15 @@ enum LookError {
 }
 
 impl Deliverer {
-    pub fn new(pool: PgPool, peppers: Peppers, settings: WebhookSettings, bound: Arc<FeedBound>) -> Self {
+    /// A deliverer beside the API on `pool`'s server, with connections of its own: a burst
+    /// of looks (a write in every workspace at once) queues on them, never on the
+    /// connections that key checks and retrieves use.
+    pub fn new(pool: &PgPool, peppers: Peppers, settings: WebhookSettings, bound: Arc<FeedBound>) -> Self {
+        let options = (*pool.connect_options()).clone().application_name(APPLICATION);
+        let pool = PgPoolOptions::new()
+            .max_connections(CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(options);
         let client = match attempt::client(settings.policy, settings.timeout) {
             Ok(client) => Some(client),
             Err(error) => {
