@@ -289,7 +289,28 @@ async fn during_a_rebuild_under_load_every_api_request_succeeds_and_every_event_
         behind == 0
     })
     .await;
-    assert!(at_last, "records did not all reach version {last_version}; log:\n{}", projector.log());
+    if !at_last {
+        let versions: Vec<(i64, i64)> =
+            sqlx::query_as("select version, count(*) from contacts where workspace_id = $1 group by 1 order by 1")
+                .bind(workspace)
+                .fetch_all(&db.pool)
+                .await
+                .expect("versions held");
+        let status = crate::process::status(&nats.url, &db.url).await;
+        let sessions: Vec<String> = sqlx::query_scalar(
+            "select concat_ws(' | ', application_name, state, wait_event_type || ':' || wait_event, \
+                    (now() - xact_start)::text, left(query, 200)) \
+             from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .expect("sessions");
+        panic!(
+            "records did not all reach version {last_version}: versions held {versions:?}; status {status}; \
+             sessions {sessions:#?}; log:\n{}",
+            projector.log()
+        );
+    }
     verify_agrees(&nats, &db).await;
     projector.stop().await;
 }
