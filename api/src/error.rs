@@ -304,7 +304,7 @@ pub enum CommandError {
     NoSuchDelivery(String),
     /// `webhooks redeliver` found another delivery of the same endpoint and resource pending.
     #[error(
-        "delivery {pending} of the same endpoint and resource is pending and announces the same changes: nothing          was scheduled (see `webhooks deliveries`)"
+        "delivery {pending} of the same endpoint and resource is pending and announces the same changes: nothing was scheduled (see `webhooks deliveries`)"
     )]
     DeliveryPending { pending: String },
     /// `webhooks create` was given a URL deliveries may not go to.

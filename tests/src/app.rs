@@ -57,6 +57,9 @@ pub struct AppOptions {
     pub pepper: String,
     /// Retired peppers whose keys still authenticate.
     pub previous_peppers: Vec<String>,
+    /// How webhooks are delivered: `serve`'s defaults, except that private targets are
+    /// allowed (the tests' receivers listen on loopback); webhook tests shorten the waits.
+    pub webhooks: lectern_api::webhooks::WebhookSettings,
 }
 
 impl AppOptions {
@@ -88,11 +91,7 @@ impl AppOptions {
             walks: self.walks,
             replicas: self.replicas.clone(),
             max_replica_lag: self.max_replica_lag,
-            // The tests' receivers listen on loopback.
-            webhooks: lectern_api::webhooks::WebhookSettings {
-                policy: lectern_api::webhooks::TargetPolicy { allow_private: true },
-                ..Default::default()
-            },
+            webhooks: self.webhooks,
         }
     }
 }
@@ -118,6 +117,11 @@ impl Default for AppOptions {
             previous_cursor_secrets: Vec::new(),
             pepper: TEST_PEPPER.to_owned(),
             previous_peppers: Vec::new(),
+            // The tests' receivers listen on loopback.
+            webhooks: lectern_api::webhooks::WebhookSettings {
+                policy: lectern_api::webhooks::TargetPolicy { allow_private: true },
+                ..Default::default()
+            },
         }
     }
 }

@@ -4,5 +4,9 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod cli;
 mod delivery;
+mod retries;
 mod support;
+mod support_a;
+mod targets;
