@@ -4,5 +4,9 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod agreement;
+mod coalescing;
 mod delivery;
+mod processes;
 mod support;
+mod support_b;
