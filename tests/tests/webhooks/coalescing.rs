@@ -121,7 +121,7 @@ async fn another_workspaces_writes_never_reach_this_endpoint() {
 
     write_contact(&db.pool, workspace, Uuid::new_v4(), "Ours Ltd").await;
     wait_until_announced(&receiver, &db.pool, "contacts", workspace, ANNOUNCED_WITHIN).await;
-    let ours = receiver.deliveries().len();
+    let ours = of(&receiver.deliveries(), workspace, "contacts").len();
 
     // The other workspace's writes, contacts and items, in transactions of their own and
     // together; its own endpoint is told of them (so the deliverer has looked since).
@@ -129,10 +129,19 @@ async fn another_workspaces_writes_never_reach_this_endpoint() {
     write_item(&db.pool, other, "Their item").await;
     wait_until_announced(&other_receiver, &db.pool, "contacts", other, ANNOUNCED_WITHIN).await;
     let theirs = wait_until_announced(&other_receiver, &db.pool, "items", other, ANNOUNCED_WITHIN).await;
+    // An item of ours makes this endpoint's worker look (as would its sweep, later): its
+    // contacts must still show nothing new.
+    write_item(&db.pool, workspace, "Our item").await;
+    wait_until_announced(&receiver, &db.pool, "items", workspace, ANNOUNCED_WITHIN).await;
     tokio::time::sleep(QUIET_FOR).await;
 
     let deliveries = receiver.deliveries();
-    assert_eq!(deliveries.len(), ours, "the other workspace's writes reached this endpoint: {deliveries:#?}");
+    assert_eq!(
+        of(&deliveries, workspace, "contacts").len(),
+        ours,
+        "this endpoint was told of contacts again after only the other workspace's were written: {deliveries:#?}"
+    );
+    assert_eq!(of(&deliveries, workspace, "items").len(), 1, "one items delivery for our one item: {deliveries:#?}");
     for delivery in &deliveries {
         assert_eq!(delivery.json()["data"]["workspaceId"], workspace.to_string(), "{}", delivery.body);
     }
