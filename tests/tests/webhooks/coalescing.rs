@@ -47,13 +47,18 @@ async fn five_hundred_writes_during_a_hanging_delivery_raise_one_pending_deliver
     let deliveries = wait_until_announced(&receiver, &db.pool, "contacts", workspace, ANNOUNCED_WITHIN).await;
     let after_first = deliveries.len() - 1;
     println!("500 writes in 125 transactions took {writes_took:?} of the {HANG:?} hang; {after_first} more deliveries");
-    // Writes that outlast the hang (a starved CI) are announced as they come, a delivery
-    // a look; hundreds of deliveries would mean no coalescing.
-    let allowed = if writes_took < HANG { 2 } else { 20 };
-    assert!(
-        after_first <= allowed,
-        "500 writes during one attempt made {after_first} more deliveries (at most {allowed}): {deliveries:#?}"
-    );
+    // One attempt at a time: nothing more is sent while the first is held, however many
+    // writes wake the worker meanwhile.
+    let during_hang = deliveries[1..].iter().filter(|delivery| delivery.arrived < hang_began + HANG).count();
+    assert_eq!(during_hang, 0, "deliveries were sent while the first was in flight: {deliveries:#?}");
+    // After the last commit: at most the one in flight then, and the one announcing it.
+    let after_last = deliveries.iter().filter(|delivery| delivery.arrived > last_commit).count();
+    assert!(after_last <= 2, "{after_last} deliveries after the last write: {deliveries:#?}");
+    // Writes that outlast the hang (a starved CI) are announced as they come, a delivery a
+    // look, so the total is bounded only when they fit inside it.
+    if writes_took < HANG {
+        assert!(after_first <= 2, "500 writes during one attempt made {after_first} more deliveries: {deliveries:#?}");
+    }
     let last = deliveries.last().expect("deliveries");
     assert!(last.arrived > last_commit, "no delivery came after the last write committed: {deliveries:#?}");
 
