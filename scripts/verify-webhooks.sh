@@ -18,5 +18,10 @@ fail() {
 
 # shellcheck source=scripts/lib/python-venv.sh
 source "$root/scripts/lib/python-venv.sh"
+# Tests run in parallel and each may call this first: one makes the venv, the others wait.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 pinned_venv "$venv" "$requirements" "the standardwebhooks library" >&2
+flock -u 9
 exec "$venv/bin/python" "$root/scripts/verify_webhooks.py"

@@ -21,7 +21,8 @@ use super::infra::{free_port, Database, Process};
 use super::{Context, Result};
 use lectern_fixtures::generator::plan::Plan;
 
-const PEPPER: &str = "lectern-bench key pepper, not a secret";
+/// What the API hashes keys under; `webhooks create` seals endpoint secrets under it too.
+pub const PEPPER: &str = "lectern-bench key pepper, not a secret";
 /// Also signs the changes feed's sync tokens, which the feed scenarios open.
 pub const CURSOR_SECRET: &str = "lectern-bench cursor secret, not a secret";
 /// Never reached by the load, so the limits never answer 429.

@@ -24,6 +24,8 @@
 //!   the comparisons: a private primary and its standby, an API on each arrangement, the
 //!   projector on a NATS cluster.
 //! - [`wal`]: WAL written and checkpoints run over a phase.
+//! - [`webhooks`]: with `--webhooks`, commit → delivery latency of webhook deliveries
+//!   against a plain LISTEN's, on a database of its own (no load, no NATS, no wrk).
 
 pub mod api;
 pub mod api_side;
@@ -47,6 +49,7 @@ pub mod scenarios;
 pub mod soak;
 pub mod verify;
 pub mod wal;
+pub mod webhooks;
 
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -103,6 +106,9 @@ pub struct Setup {
 
 /// Runs the whole benchmark and returns the markdown report (also written to the output file).
 pub async fn run(options: Options) -> Result<String> {
+    if options.webhooks {
+        return webhooks::run(options).await;
+    }
     let wrk = infra::tool("wrk", "install it with `apt-get install -y wrk`")?;
     let pgbench = infra::tool("pgbench", "it ships with PostgreSQL (`apt-get install -y postgresql-client`)")?;
     if !infra::nats_server().exists() {
@@ -152,7 +158,7 @@ pub async fn run(options: Options) -> Result<String> {
 }
 
 /// Ctrl-C or SIGTERM: either way the run stops and cleans up.
-async fn interrupted() {
+pub(crate) async fn interrupted() {
     let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(signal) => signal,
         Err(_) => {

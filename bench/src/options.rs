@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -41,6 +41,10 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      the drain's; then `rebuild` with one contact in 100 corrupted, its rate
                      against the drain's, its swap, and the API's retrieve p99 under wrk
                      during it against without (default output bench/verify.md)
+  --webhooks         instead of the comparisons, commit → delivery latency of webhook deliveries:
+                     single-row commits to 8 workspaces with an endpoint each, delivered by the
+                     release API to a receiver on loopback, against the same commits heard by a
+                     plain LISTEN; no load, NATS, wrk or pgbench (default output bench/webhooks.md)
   --keep             keep the benchmark databases and the work directory (with --replicas, the
                      private servers' directories, stopped)
   --no-build         use target/release/lectern-{api,projector} as they are (by default
@@ -91,6 +95,8 @@ pub struct Options {
     pub replicas: bool,
     /// Measure `lectern-projector verify` instead of the comparisons.
     pub verify: bool,
+    /// Measure webhook deliveries instead of the comparisons.
+    pub webhooks: bool,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -113,6 +119,7 @@ impl Options {
         let mut baseline_projector = None;
         let mut replicas = false;
         let mut verify = false;
+        let mut webhooks = false;
         let mut build = true;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
@@ -139,6 +146,7 @@ impl Options {
                 "--baseline-projector" => baseline_projector = Some(PathBuf::from(value("--baseline-projector")?)),
                 "--replicas" => replicas = true,
                 "--verify" => verify = true,
+                "--webhooks" => webhooks = true,
                 "--no-build" => build = false,
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
@@ -157,6 +165,12 @@ impl Options {
                 "--verify is a run of its own, not with --feed, --replicas, --soak or --projector-only".to_owned()
             );
         }
+        if webhooks && (feed || replicas || verify || soak_for.is_some() || projector_only) {
+            return Err(
+                "--webhooks is a run of its own, not with --feed, --replicas, --verify, --soak or --projector-only"
+                    .to_owned(),
+            );
+        }
         let (default_contacts, default_run, steady_for) = match scale {
             Scale::Full => (1_000_000, 10, 20),
             Scale::Small => (100_000, 5, 10),
@@ -166,6 +180,7 @@ impl Options {
             contacts: contacts.unwrap_or(default_contacts),
             output: output.unwrap_or_else(|| {
                 PathBuf::from(match (soak_for.is_some(), feed, replicas, verify) {
+                    _ if webhooks => "bench/webhooks.md",
                     (true, ..) => "bench/soak.md",
                     (false, true, ..) => "bench/feed.md",
                     (false, false, true, _) => "bench/replicas.md",
@@ -181,6 +196,7 @@ impl Options {
             baseline_projector,
             replicas,
             verify,
+            webhooks,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-bench -- {command_line}").trim_end().to_owned(),

@@ -4,9 +4,13 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod agreement;
 mod cli;
+mod coalescing;
 mod delivery;
+mod processes;
 mod retries;
 mod support;
 mod support_a;
+mod support_b;
 mod targets;
