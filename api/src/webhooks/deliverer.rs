@@ -167,7 +167,13 @@ impl Deliverer {
                 _ = ticker.tick() => {}
             }
             match self.claim().await {
-                Ok(held) => self.keep_workers(held),
+                Ok(held) => {
+                    self.keep_workers(held);
+                    // What the command line made due (`redeliver`) wakes nobody else.
+                    if let Err(error) = self.wake_due().await {
+                        tracing::debug!(error = %crate::error::chain(&error), "looking for due webhook deliveries failed");
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(error = %crate::error::chain(&error), "claiming webhook endpoints failed; trying again");
                 }
@@ -228,12 +234,36 @@ impl Deliverer {
             keep
         });
         for (endpoint, workspace_id) in held {
+            // A worker that found its endpoint disabled or taken over has ended; one held
+            // again (enabled, or its lease back) gets a new one, which looks at once.
+            if workers.get(&endpoint).is_some_and(|worker| worker.task.is_finished()) {
+                workers.remove(&endpoint);
+            }
             workers.entry(endpoint).or_insert_with(|| {
                 let wake = Arc::new(Wake::default());
                 let task = tokio::spawn(self.clone().deliver_for(endpoint, wake.clone()));
                 Worker { workspace_id, wake, task }
             });
         }
+    }
+
+    /// Wakes the workers of this process's endpoints that have a delivery due.
+    async fn wake_due(&self) -> Result<(), sqlx::Error> {
+        let due: Vec<Uuid> = sqlx::query_scalar(
+            "select distinct d.endpoint_id from webhook_deliveries d \
+             join webhook_endpoints e on e.id = d.endpoint_id \
+             where d.state = 'pending' and d.next_attempt_at <= now() and e.lease_owner = $1",
+        )
+        .bind(self.owner)
+        .fetch_all(&self.pool)
+        .await?;
+        let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        for endpoint in due {
+            if let Some(worker) = workers.get(&endpoint) {
+                worker.wake.notify.notify_one();
+            }
+        }
+        Ok(())
     }
 
     async fn count_failing(&self) -> Result<(), sqlx::Error> {
@@ -261,13 +291,15 @@ impl Deliverer {
         Ok(())
     }
 
-    /// One endpoint's worker: looks, then sleeps until woken, a retry is due, or the sweep.
+    /// One endpoint's worker: looks, then sleeps until woken, a retry is due, or the sweep;
+    /// ends when its endpoint is no longer enabled and this process's.
     async fn deliver_for(self: Arc<Self>, endpoint: Uuid, wake: Arc<Wake>) {
         let mut held_recheck = HELD_RECHECK;
         loop {
             let woken = wake.notify.notified();
             let wait = match self.look(endpoint, &wake).await {
-                Ok(Look { next_due, behind_notified }) => {
+                Ok(Look { gone: true, .. }) => return,
+                Ok(Look { next_due, behind_notified, .. }) => {
                     let sweep = if self.trust.get() { IDLE_SWEEP } else { SWEEP_EVERY };
                     let mut wait = next_due.unwrap_or(sweep).min(sweep);
                     if behind_notified {
@@ -303,9 +335,10 @@ impl Deliverer {
         .bind(self.owner)
         .fetch_optional(&self.pool)
         .await?;
-        // Disabled, deleted or taken over: the claimer stops this worker at its next round.
+        // Disabled, deleted or taken over: this worker ends; the claimer starts another if
+        // the endpoint is this process's again.
         let Some(endpoint) = endpoint else {
-            return Ok(Look { next_due: None, behind_notified: false });
+            return Ok(Look { next_due: None, behind_notified: false, gone: true });
         };
         let workspace_id = endpoint.workspace_id;
         let bound = self.bound.sampled_since(&self.pool, Instant::now()).await?;
@@ -357,7 +390,11 @@ impl Deliverer {
         .bind(endpoint_id)
         .fetch_one(&self.pool)
         .await?;
-        Ok(Look { next_due: next_due.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))), behind_notified })
+        Ok(Look {
+            next_due: next_due.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
+            behind_notified,
+            gone: false,
+        })
     }
 
     /// The secrets a delivery is signed with: the current one, and the one before the
@@ -477,6 +514,8 @@ struct Look {
     next_due: Option<Duration>,
     /// A notified change is not below the feed's bound yet.
     behind_notified: bool,
+    /// The endpoint is no longer enabled and held by this process.
+    gone: bool,
 }
 
 /// After `attempts` failed attempts: `first` doubled for each, at most an hour, and
