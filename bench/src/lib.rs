@@ -26,6 +26,8 @@
 //! - [`wal`]: WAL written and checkpoints run over a phase.
 //! - [`webhooks`]: with `--webhooks`, commit → delivery latency of webhook deliveries
 //!   against a plain LISTEN's, on a database of its own (no load, no NATS, no wrk).
+//! - [`long_polls`]: with `--long-polls`, the API's memory while 10,000 long polls wait
+//!   and after, on a database of its own.
 
 pub mod api;
 pub mod api_side;
@@ -38,6 +40,7 @@ pub mod feed_latency;
 pub mod infra;
 pub mod latency;
 pub mod load;
+pub mod long_polls;
 pub mod machine;
 pub mod options;
 pub mod plain_sql;
@@ -107,7 +110,16 @@ pub struct Setup {
 /// Runs the whole benchmark and returns the markdown report (also written to the output file).
 pub async fn run(options: Options) -> Result<String> {
     if options.webhooks {
-        return webhooks::run(options).await;
+        return on_own_database(options, "webhooks", |options, api, work, name| async move {
+            webhooks::measure(&options, &api, &work, &name).await
+        })
+        .await;
+    }
+    if options.long_polls {
+        return on_own_database(options, "long_polls", |options, api, work, name| async move {
+            long_polls::measure(&options, &api, &work, &name).await
+        })
+        .await;
     }
     let wrk = infra::tool("wrk", "install it with `apt-get install -y wrk`")?;
     let pgbench = infra::tool("pgbench", "it ships with PostgreSQL (`apt-get install -y postgresql-client`)")?;
@@ -155,6 +167,59 @@ pub async fn run(options: Options) -> Result<String> {
     }
     std::fs::write(&setup.options.output, &markdown).context(format!("write {}", setup.options.output.display()))?;
     Ok(markdown)
+}
+
+/// Runs a scenario that needs only PostgreSQL and the release API: `measure` gets the
+/// API binary, a work directory and the name of a database of its own
+/// (`lectern_bench_<stamp>_<label>`, for it to create). Returns the report's markdown,
+/// also written to the output file.
+pub(crate) async fn on_own_database<F, Fut>(options: Options, label: &str, measure: F) -> Result<String>
+where
+    F: FnOnce(Options, PathBuf, PathBuf, String) -> Fut,
+    Fut: std::future::Future<Output = Result<report::Report>>,
+{
+    sqlx::PgConnection::connect(&infra::admin_url())
+        .await
+        .context(format!("cannot reach PostgreSQL at {} (or set LECTERN_BENCH_DATABASE_URL)", infra::admin_url()))?;
+    let binaries = infra::build_binaries(options.build)?;
+    let stamp = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
+    let work = std::env::temp_dir().join(format!("lectern-bench-{}-{stamp}", label.replace('_', "-")));
+    std::fs::create_dir_all(&work).context(format!("create {}", work.display()))?;
+    let name = format!("lectern_bench_{stamp}_{label}");
+    let outcome = tokio::select! {
+        outcome = measure(options.clone(), binaries.api, work.clone(), name.clone()) => outcome,
+        () = interrupted() => Err("interrupted".into()),
+    };
+    finish_own_database(&options, &name, &work, outcome.is_ok()).await;
+    let markdown = outcome?.markdown();
+    write_output(&options, &markdown)?;
+    Ok(markdown)
+}
+
+/// After a scenario run on a database of its own (`name`) with the work directory
+/// `work`: both kept with `--keep`; otherwise the database dropped, and the work
+/// directory removed unless the run failed (it holds the API's log).
+async fn finish_own_database(options: &Options, name: &str, work: &std::path::Path, succeeded: bool) {
+    if options.keep {
+        eprintln!("kept: database {name}, work directory {}", work.display());
+        return;
+    }
+    if let Err(error) = infra::drop_database(name).await {
+        eprintln!("warning: could not drop the database {name}: {error}");
+    }
+    if succeeded {
+        let _ = std::fs::remove_dir_all(work);
+    } else {
+        eprintln!("the API's log is kept in {}", work.display());
+    }
+}
+
+/// Writes the report to the run's output file, creating its folder.
+fn write_output(options: &Options, markdown: &str) -> Result<()> {
+    if let Some(parent) = options.output.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).context(format!("create {}", parent.display()))?;
+    }
+    std::fs::write(&options.output, markdown).context(format!("write {}", options.output.display()))
 }
 
 /// Ctrl-C or SIGTERM: either way the run stops and cleans up.

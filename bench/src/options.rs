@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--long-polls] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -45,6 +45,11 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      single-row commits to 8 workspaces with an endpoint each, delivered by the
                      release API to a receiver on loopback, against the same commits heard by a
                      plain LISTEN; no load, NATS, wrk or pgbench (default output bench/webhooks.md)
+  --long-polls       instead of the comparisons, the release API's resident memory while 10,000
+                     long polls wait (200 workspaces × 50, a connection each) and after they are
+                     answered, three rounds against one process, with another workspace's listing
+                     timed meanwhile; no load, NATS, wrk or pgbench (default output
+                     bench/long-polls.md)
   --keep             keep the benchmark databases and the work directory (with --replicas, the
                      private servers' directories, stopped)
   --no-build         use target/release/lectern-{api,projector} as they are (by default
@@ -97,6 +102,8 @@ pub struct Options {
     pub verify: bool,
     /// Measure webhook deliveries instead of the comparisons.
     pub webhooks: bool,
+    /// Measure waiting long polls' memory instead of the comparisons.
+    pub long_polls: bool,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -120,6 +127,7 @@ impl Options {
         let mut replicas = false;
         let mut verify = false;
         let mut webhooks = false;
+        let mut long_polls = false;
         let mut build = true;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
@@ -147,6 +155,7 @@ impl Options {
                 "--replicas" => replicas = true,
                 "--verify" => verify = true,
                 "--webhooks" => webhooks = true,
+                "--long-polls" => long_polls = true,
                 "--no-build" => build = false,
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
@@ -171,6 +180,13 @@ impl Options {
                     .to_owned(),
             );
         }
+        if long_polls && (webhooks || feed || replicas || verify || soak_for.is_some() || projector_only) {
+            return Err(
+                "--long-polls is a run of its own, not with --webhooks, --feed, --replicas, --verify, --soak or \
+                 --projector-only"
+                    .to_owned(),
+            );
+        }
         let (default_contacts, default_run, steady_for) = match scale {
             Scale::Full => (1_000_000, 10, 20),
             Scale::Small => (100_000, 5, 10),
@@ -181,6 +197,7 @@ impl Options {
             output: output.unwrap_or_else(|| {
                 PathBuf::from(match (soak_for.is_some(), feed, replicas, verify) {
                     _ if webhooks => "bench/webhooks.md",
+                    _ if long_polls => "bench/long-polls.md",
                     (true, ..) => "bench/soak.md",
                     (false, true, ..) => "bench/feed.md",
                     (false, false, true, _) => "bench/replicas.md",
@@ -197,6 +214,7 @@ impl Options {
             replicas,
             verify,
             webhooks,
+            long_polls,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-bench -- {command_line}").trim_end().to_owned(),

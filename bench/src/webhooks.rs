@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::feed_latency::Quantiles;
-use super::infra::{self, Database};
+use super::infra::Database;
 use super::report::{millis, Report, Row};
 use super::{Context, Options, Result};
 
@@ -43,46 +43,9 @@ const TARGET_P99: Duration = Duration::from_secs(1);
 /// How long the deliveries may take to catch up with the last commit.
 const SETTLE_WITHIN: Duration = Duration::from_secs(15);
 
-/// Runs the scenario on a database of its own and returns the report (also written to
-/// the output file).
-pub async fn run(options: Options) -> Result<String> {
-    {
-        use sqlx::Connection;
-        sqlx::PgConnection::connect(&infra::admin_url()).await.context(format!(
-            "cannot reach PostgreSQL at {} (or set LECTERN_BENCH_DATABASE_URL)",
-            infra::admin_url()
-        ))?;
-    }
-    let binaries = infra::build_binaries(options.build)?;
-    let stamp = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
-    let work = std::env::temp_dir().join(format!("lectern-bench-webhooks-{stamp}"));
-    std::fs::create_dir_all(&work).context(format!("create {}", work.display()))?;
-    let name = format!("lectern_bench_{stamp}_webhooks");
-    let outcome = tokio::select! {
-        outcome = measure(&options, &binaries.api, &work, &name) => outcome,
-        () = super::interrupted() => Err("interrupted".into()),
-    };
-    if options.keep {
-        eprintln!("kept: database {name}, work directory {}", work.display());
-    } else {
-        if let Err(error) = infra::drop_database(&name).await {
-            eprintln!("warning: could not drop the database {name}: {error}");
-        }
-        if outcome.is_ok() {
-            let _ = std::fs::remove_dir_all(&work);
-        } else {
-            eprintln!("the API's log is kept in {}", work.display());
-        }
-    }
-    let markdown = outcome?.markdown();
-    if let Some(parent) = options.output.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).context(format!("create {}", parent.display()))?;
-    }
-    std::fs::write(&options.output, &markdown).context(format!("write {}", options.output.display()))?;
-    Ok(markdown)
-}
-
-async fn measure(options: &Options, api_binary: &Path, work: &Path, name: &str) -> Result<Report> {
+/// Measures on the database `name` (created here) with the API `api_binary`, its log in
+/// `work`.
+pub async fn measure(options: &Options, api_binary: &Path, work: &Path, name: &str) -> Result<Report> {
     let database = Database::create(name).await?;
     let server_version: String =
         sqlx::query_scalar("select current_setting('server_version')").fetch_one(&database.pool).await?;
