@@ -109,6 +109,11 @@ impl Feeds {
     /// request `request_id`. A request that waits checks the key again whenever a key
     /// changes and before it answers: a key revoked while it waits is refused then, and
     /// nothing changed after the revocation is served.
+    ///
+    /// Whatever touches the database is boxed: a future is as large as its largest
+    /// state, and a request spends up to 30 s in the smallest one, waiting, so inline
+    /// database futures would be held, unused, by every waiting request (see
+    /// `docs/architecture.md`, "Long polls").
     pub async fn page<R: Resource>(
         &self,
         caller: &Principal,
@@ -124,7 +129,7 @@ impl Feeds {
         let (mut since, mut seen) = match &params.since {
             None => (FeedPosition::START, 0),
             Some(Since::Latest) => {
-                let (latest, read_at) = feed.latest(began).await?;
+                let (latest, read_at) = Box::pin(feed.latest(began)).await?;
                 return feed.body(write_data::<R>(&[])?, false, latest, read_at);
             }
             Some(Since::Token(token)) => self.tokens.open_read_at(token, feed.scope).map_err(ApiError::SinceRefused)?,
@@ -134,13 +139,13 @@ impl Feeds {
         let mut keys = self.authenticator.watch_keys();
         loop {
             if waiting.is_some() {
-                self.authenticator.still_valid(caller).await?;
+                Box::pin(self.authenticator.still_valid(caller)).await?;
             }
             // Taken before looking, so that a change committed after the look wakes it, and a
             // bound that moves after the look lets it see what was committed but not final.
             let mut watch = self.heads.watch(feed.key());
             let mut bound = self.bound.watch();
-            let not_yet_served = match feed.look(since, seen, params.limit.get(), began).await? {
+            let not_yet_served = match Box::pin(feed.look(since, seen, params.limit.get(), began)).await? {
                 Look::Page(page) => return Ok(page),
                 Look::Nothing { caught_up, not_yet_served, read_at } => {
                     since = caught_up;
@@ -167,7 +172,7 @@ impl Feeds {
             }
         }
         if waiting.is_some() {
-            self.authenticator.still_valid(caller).await?;
+            Box::pin(self.authenticator.still_valid(caller)).await?;
         }
         feed.body(write_data::<R>(&[])?, false, since, seen)
     }

@@ -25,8 +25,10 @@ const KEY_HEADER: &str = "x-api-key";
 #[oai(rename = "WorkspaceApiKey", ty = "api_key", key_name = "X-API-Key", key_in = "header", checker = "contacts_read")]
 pub struct ContactsReader(pub Principal);
 
+// Boxed: the key's lookup is a large future, and poem-openapi keeps a checker's future
+// inside the operation's, which a long poll holds while it waits.
 async fn contacts_read(request: &Request, key: ApiKey) -> poem::Result<Principal> {
-    authorize(request, &key.key, Scope::ContactsRead).await
+    Box::pin(authorize(request, &key.key, Scope::ContactsRead)).await
 }
 
 /// A workspace API key with the `items:read` scope, sent in the `X-API-Key` header.
@@ -35,7 +37,7 @@ async fn contacts_read(request: &Request, key: ApiKey) -> poem::Result<Principal
 pub struct ItemsReader(pub Principal);
 
 async fn items_read(request: &Request, key: ApiKey) -> poem::Result<Principal> {
-    authorize(request, &key.key, Scope::ItemsRead).await
+    Box::pin(authorize(request, &key.key, Scope::ItemsRead)).await
 }
 
 /// The contract's order: authenticate (401), rate limit (429), scope (403).

@@ -21,7 +21,8 @@ pub async fn compress<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Res
         .collect::<Vec<_>>()
         .join(",");
     let algorithm = negotiate(&chosen);
-    let response = inner.call(request).await?.into_response();
+    // Boxed for the reason the envelope boxes its inner call.
+    let response = Box::pin(inner.call(request)).await?.into_response();
     let mut response = match algorithm {
         Some(algorithm) => Compress::new(response, algorithm).into_response(),
         None => response,

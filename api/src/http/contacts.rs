@@ -174,7 +174,9 @@ impl ContactsApi {
         wait: Query<WaitSeconds>,
     ) -> Result<JsonBody<ContactChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
-        Ok(JsonBody::assembled(state.feeds.page::<Contacts>(&key.0, params, request_id.as_str()).await?))
+        // Boxed, so that the operation's future is not as large as the feed's (a waiting
+        // request holds both).
+        Ok(JsonBody::assembled(Box::pin(state.feeds.page::<Contacts>(&key.0, params, request_id.as_str())).await?))
     }
 
     /// Retrieve an active contact

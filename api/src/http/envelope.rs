@@ -132,7 +132,9 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
                 ),
             );
         }
-        let result = AssertUnwindSafe(inner.call(request)).catch_unwind().await;
+        // Boxed: inline, the whole application's future would be carried (and copied)
+        // by every layer outside it, for as long as a long poll waits.
+        let result = AssertUnwindSafe(Box::pin(inner.call(request))).catch_unwind().await;
         match result {
             Ok(Ok(response)) => response.into_response(),
             Ok(Err(error)) => render_error(error),

@@ -174,7 +174,8 @@ impl ItemsApi {
         wait: Query<WaitSeconds>,
     ) -> Result<JsonBody<ItemChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
-        Ok(JsonBody::assembled(state.feeds.page::<Items>(&key.0, params, request_id.as_str()).await?))
+        // Boxed, as in `listContactChanges`.
+        Ok(JsonBody::assembled(Box::pin(state.feeds.page::<Items>(&key.0, params, request_id.as_str())).await?))
     }
 
     /// Retrieve an active item
