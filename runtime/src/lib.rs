@@ -134,7 +134,26 @@ pub fn run_command_exiting<E: std::error::Error>(
     work: impl std::future::Future<Output = Result<std::process::ExitCode, E>>,
     on_error: std::process::ExitCode,
 ) -> std::process::ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    run_on(tokio::runtime::Builder::new_multi_thread(), work, on_error)
+}
+
+/// [`run_command`] on a runtime whose worker threads call `on_idle` each time they run
+/// out of work (the API hands freed memory back to the system there).
+pub fn run_command_idling<E: std::error::Error>(
+    work: impl std::future::Future<Output = Result<(), E>>,
+    on_idle: fn(),
+) -> std::process::ExitCode {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.on_thread_park(on_idle);
+    run_on(builder, async { work.await.map(|()| std::process::ExitCode::SUCCESS) }, std::process::ExitCode::FAILURE)
+}
+
+fn run_on<E: std::error::Error>(
+    mut builder: tokio::runtime::Builder,
+    work: impl std::future::Future<Output = Result<std::process::ExitCode, E>>,
+    on_error: std::process::ExitCode,
+) -> std::process::ExitCode {
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: starting the async runtime: {error}");

@@ -52,7 +52,7 @@ pub fn main() -> ExitCode {
     let cli: Cli = lectern_runtime::parse_args();
     crate::telemetry::init();
     crate::memory::keep_heap_in_small_pages();
-    lectern_runtime::run_command(run(cli.command))
+    lectern_runtime::run_command_idling(run(cli.command), lectern_allocator::hand_back_freed_memory)
 }
 
 async fn run(command: Command) -> Result<(), CommandError> {
