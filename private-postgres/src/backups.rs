@@ -9,10 +9,17 @@ use super::{describe, run, wait_for, Error, PrivatePostgres, Result, REPLICATION
 impl PrivatePostgres {
     /// A primary, as [`PrivatePostgres::start_primary`], that archives every finished WAL
     /// segment into its directory: what a point-in-time restore replays.
+    ///
+    /// A segment appears in the archive whole or not at all (copied under another name,
+    /// then renamed), as PostgreSQL's documentation asks of an archive command: a restore
+    /// that began while a plain `cp` was still writing read a segment cut short and
+    /// refused to start ("has wrong size").
     pub async fn start_archiving(settings: &str) -> Result<Self> {
         let mut primary = Self::unstarted(String::new())?;
         primary.settings = format!(
-            "{REPLICATION_SETTINGS}archive_mode = on\narchive_command = 'cp %p {archive}/%f'\n{settings}",
+            "{REPLICATION_SETTINGS}archive_mode = on\n\
+             archive_command = 'cp %p {archive}/%f.partial && mv {archive}/%f.partial {archive}/%f'\n\
+             {settings}",
             archive = primary.archive_dir().display()
         );
         primary.initdb_and_start_primary().await?;
