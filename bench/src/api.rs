@@ -128,19 +128,20 @@ pub async fn create_keys(binary: &Path, database: &Database, plan: &Plan) -> Res
     for workspace in plan.workspaces.iter().take(2) {
         keys.push(key_from_cli(binary, database, workspace.id).await?);
     }
-    let pepper = Pepper::new(SecretString::from(PEPPER.to_owned()));
     for workspace in plan.workspaces.iter().skip(2) {
-        let issued = IssuedKey::generate(Environment::Live, &pepper);
-        let new = NewKey {
-            workspace_id: workspace.id,
-            name: Some("lectern-bench"),
-            scopes: &[Scope::ContactsRead, Scope::ItemsRead],
-            expires_at: None,
-        };
-        store::insert(&database.pool, &issued, &new).await.context("store a key")?;
-        keys.push(issued.key.expose_secret().to_owned());
+        keys.push(insert_key(database, workspace.id, &[Scope::ContactsRead, Scope::ItemsRead]).await?);
     }
     Ok(keys)
+}
+
+/// A key of `workspace` with `scopes`, stored as `lectern-api keys create` stores one
+/// (under the bench's pepper) without starting a process for it.
+pub async fn insert_key(database: &Database, workspace: Uuid, scopes: &[Scope]) -> Result<String> {
+    let pepper = Pepper::new(SecretString::from(PEPPER.to_owned()));
+    let issued = IssuedKey::generate(Environment::Live, &pepper);
+    let new = NewKey { workspace_id: workspace, name: Some("lectern-bench"), scopes, expires_at: None };
+    store::insert(&database.pool, &issued, &new).await.context("store a key")?;
+    Ok(issued.key.expose_secret().to_owned())
 }
 
 async fn key_from_cli(binary: &Path, database: &Database, workspace: Uuid) -> Result<String> {

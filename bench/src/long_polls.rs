@@ -16,11 +16,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lectern_api::keys::store::{self, NewKey};
-use lectern_api::keys::{Environment, IssuedKey, Pepper, Scope};
+use lectern_api::keys::Scope;
 use lectern_read_model::{contacts, Commit, Key, Status};
 use lectern_schema::contact::ContactData;
-use secrecy::{ExposeSecret, SecretString};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -78,19 +76,10 @@ pub async fn measure(options: &Options, api_binary: &Path, work: &Path, name: &s
     let database = Database::migrated_by(api_binary, name).await?;
     let server_version: String =
         sqlx::query_scalar("select current_setting('server_version')").fetch_one(&database.pool).await?;
-    let pepper = Pepper::new(SecretString::from(super::api::PEPPER.to_owned()));
     let mut keys = Vec::with_capacity(WORKSPACES + 1);
     for _ in 0..=WORKSPACES {
         let workspace = Uuid::new_v4();
-        let issued = IssuedKey::generate(Environment::Live, &pepper);
-        let new = NewKey {
-            workspace_id: workspace,
-            name: Some("lectern-bench"),
-            scopes: &[Scope::ContactsRead],
-            expires_at: None,
-        };
-        store::insert(&database.pool, &issued, &new).await.context("store a key")?;
-        keys.push((workspace, issued.key.expose_secret().to_owned()));
+        keys.push((workspace, super::api::insert_key(&database, workspace, &[Scope::ContactsRead]).await?));
     }
     let (neighbour, neighbour_key) = keys.pop().ok_or("no neighbour key")?;
     let mut writer = database.pool.acquire().await.context("a connection to write with")?;

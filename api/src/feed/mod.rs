@@ -113,7 +113,7 @@ impl Feeds {
     /// Whatever touches the database is boxed: a future is as large as its largest
     /// state, and a request spends up to 30 s in the smallest one, waiting, so inline
     /// database futures would be held, unused, by every waiting request (see
-    /// `docs/architecture.md`, "Long polls").
+    /// `docs/architecture.md`, "What a waiting request costs").
     pub async fn page<R: Resource>(
         &self,
         caller: &Principal,
