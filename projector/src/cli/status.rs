@@ -96,6 +96,8 @@ fn json(nats: Option<&FromNats>, database: Option<&FromDatabase>, unavailable: &
         "ackFloor": nats.map(|nats| nats.consumer.ack_floor.stream_sequence),
         "pending": nats.map(|nats| nats.consumer.num_pending),
         "unacknowledged": nats.map(|nats| nats.consumer.num_ack_pending),
+        "redelivered": nats.map(|nats| nats.consumer.num_redelivered),
+        "waitingPulls": nats.map(|nats| nats.consumer.num_waiting),
         "deadLetters": database.map(|database| database.dead_letters),
         "stuckBatches": nats.map(|nats| &nats.stuck),
         "lastVerify": database.and_then(|database| database.last_verify.as_ref()),
@@ -117,13 +119,16 @@ fn text(
     let mut text = String::new();
     if let Some(nats) = nats {
         text.push_str(&format!(
-            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\n",
+            "stream {} last sequence {}\nconsumer {} acknowledged through {}\npending (lag) {}, delivered but unacknowledged {}\n\
+             redelivered (unacknowledged, sent again) {}, pull requests waiting {}\n",
             stream::STREAM,
             nats.last_sequence,
             stream::CONSUMER,
             nats.consumer.ack_floor.stream_sequence,
             nats.consumer.num_pending,
             nats.consumer.num_ack_pending,
+            nats.consumer.num_redelivered,
+            nats.consumer.num_waiting,
         ));
     }
     text.push_str(not_held);
