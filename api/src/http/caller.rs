@@ -4,6 +4,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures_util::FutureExt;
+
 use crate::rate_limit::Standing;
 
 /// The caller as far as the request got.
@@ -23,12 +25,14 @@ tokio::task_local! {
     static CALLER: Arc<Mutex<Caller>>;
 }
 
-/// Runs `future` with an empty record of its caller; returns what was recorded.
-pub async fn scope<F: std::future::Future>(future: F) -> (F::Output, Caller) {
+/// Runs `future` with an empty record of its caller; returns what was recorded. Not an
+/// `async fn`, which would hold `future` twice (see `RequestId::scope`).
+pub fn scope<F: std::future::Future>(future: F) -> impl std::future::Future<Output = (F::Output, Caller)> {
     let slot = Arc::new(Mutex::new(Caller::default()));
-    let output = CALLER.scope(slot.clone(), future).await;
-    let caller = slot.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    (output, caller)
+    CALLER.scope(slot.clone(), future).map(move |output| {
+        let caller = slot.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        (output, caller)
+    })
 }
 
 /// The current request's verified workspace, once its key was checked.

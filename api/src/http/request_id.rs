@@ -47,9 +47,12 @@ impl RequestId {
         CURRENT.try_with(Clone::clone).unwrap_or_else(|_| Self::generate())
     }
 
-    /// Runs `future` with `self` as the current request's id.
-    pub async fn scope<F: std::future::Future>(self, future: F) -> F::Output {
-        CURRENT.scope(self, future).await
+    /// Runs `future` with `self` as the current request's id. Not an `async fn`: one
+    /// would hold `future` twice (as its argument and inside the scope it awaits), and
+    /// this wraps the whole of every request (see `docs/architecture.md`, "What a
+    /// waiting request costs").
+    pub fn scope<F: std::future::Future>(self, future: F) -> impl std::future::Future<Output = F::Output> {
+        CURRENT.scope(self, future)
     }
 }
 

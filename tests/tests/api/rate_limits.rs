@@ -212,6 +212,41 @@ async fn every_authenticated_response_states_the_policy_and_the_remaining_count_
     assert_eq!(remaining, [4, 3, 2, 1, 0, 0], "r after 200 list, 200 get, 400, 403, 404, 429");
 }
 
+/// The rule: a long poll is one request however often it wakes before its answer (here
+/// by keys revoked elsewhere, which make every waiting request check its own): one count
+/// against its key's limit, and the request id the client sent.
+#[tokio::test]
+async fn a_long_poll_woken_again_and_again_before_its_answer_counts_once() {
+    let app = app_limiting_keys(policy(1, 10)).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    let before = app.get(&key, "/v1/contacts/changes?since=latest").await;
+    let since = before.body["syncToken"].as_str().expect("a sync token").to_owned();
+    let remaining_before = limit_headers(&before).1.get("r");
+
+    let request = app
+        .http
+        .get(app.url(&format!("/v1/contacts/changes?since={since}&wait=20")))
+        .header("X-API-Key", &key)
+        .header("X-Request-Id", "one-long-poll");
+    let waiting = tokio::spawn(async move { Reply::read(request.send().await.expect("the long poll")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        let (_, other) = app.workspace_with_key().await;
+        let other_id = other.split('_').nth(2).expect("lk_<environment>_<key id>_<secret>").to_owned();
+        lectern_api::keys::store::revoke(&app.pool, &other_id).await.expect("revoke another key");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(!waiting.is_finished(), "the long poll was answered before anything of its own changed");
+    ContactSeed::named("Ends the wait").insert(&app.pool, workspace).await;
+    let reply = waiting.await.expect("the long poll");
+
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.data().len(), 1, "{}", reply.text);
+    assert_eq!(limit_headers(&reply).1.get("r"), remaining_before - 1, "counted once");
+    assert_eq!(reply.header("x-request-id"), Some("one-long-poll"));
+    assert_eq!(reply.body["requestId"], "one-long-poll");
+}
+
 #[tokio::test]
 async fn a_401_carries_no_rate_limit_headers() {
     let app = app_limiting_keys(policy(1, 5)).await;

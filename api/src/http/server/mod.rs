@@ -127,8 +127,10 @@ where
                         RemoteAddr(Addr::SocketAddr(peer)),
                         poem::http::uri::Scheme::HTTP,
                     ));
+                    // Boxed: hyper allocates room for this future with each connection,
+                    // idle ones included, and holds it for as long as a long poll waits.
                     let response: hyper::Response<BoxBody<Bytes, std::io::Error>> =
-                        endpoint.get_response(request).await.into();
+                        Box::pin(endpoint.get_response(request)).await.into();
                     // The request stays in flight until its body has been handed over.
                     Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
                 }

@@ -193,6 +193,44 @@ async fn a_workspace_holds_at_most_its_share_of_waiting_requests_and_the_next_is
     }
 }
 
+/// The rule: a waiting request stays counted among its workspace's waiting ones however
+/// often it wakes without an answer (here: keys revoked elsewhere, on which every waiting
+/// request checks its own), so the share holds across its wakes; and it gives its place
+/// back once answered.
+#[tokio::test]
+async fn a_waiting_request_woken_without_an_answer_still_holds_its_place_in_the_share() {
+    use lectern_api::feed::heads::WAITING_PER_WORKSPACE;
+
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+    let waiting: Vec<_> =
+        (0..WAITING_PER_WORKSPACE).map(|_| send(&app, &key, format!("{CONTACTS}?since={since}&wait=10"))).collect();
+    settle().await;
+
+    for _ in 0..2 {
+        let (_, other) = app.workspace_with_key().await;
+        let other_id = other.split('_').nth(2).expect("lk_<environment>_<key id>_<secret>").to_owned();
+        lectern_api::keys::store::revoke(&db.pool, &other_id).await.expect("revoke another key");
+        settle().await;
+    }
+    let refused = app.get(&key, &format!("{CONTACTS}?since={since}&wait=10")).await;
+    refused.assert_error(429, "RATE_LIMITED");
+    assert!(waiting.iter().all(|request| !request.is_finished()), "a waiting request was answered early");
+
+    ContactSeed::named("Wakes them").insert(&db.pool, workspace).await;
+    let mut newest = since;
+    for request in waiting {
+        let (reply, _) = request.await.expect("a waiting request");
+        assert_eq!(reply.data().len(), 1, "{}", reply.text);
+        newest = token(&reply);
+    }
+    // Answered, they give their places back: the workspace may wait again.
+    let again = app.get(&key, &format!("{CONTACTS}?since={newest}&wait=1")).await;
+    assert_eq!(again.status, 200, "{}", again.text);
+}
+
 /// A request waiting (`wait=30`) on the contacts feed with a fresh key, its key then
 /// revoked: the request, the workspace, and when the revocation landed.
 async fn waiting_then_revoked(
