@@ -193,6 +193,14 @@ impl TestApp {
         (workspace_id, self.key(workspace_id, &[Scope::ContactsRead]).await)
     }
 
+    /// Issues a key to a fresh workspace and revokes it. Every waiting request checks its
+    /// own key again on a revocation anywhere, so this wakes them all while nothing of
+    /// theirs changes.
+    pub async fn revoke_a_key_elsewhere(&self) {
+        let (key_id, _) = create_key(&self.pool, Uuid::new_v4(), &[Scope::ContactsRead]).await;
+        lectern_api::keys::store::revoke(&self.pool, &key_id).await.expect("revoke another workspace's key");
+    }
+
     /// GET with an API key.
     pub async fn get(&self, key: &str, path_and_query: &str) -> Reply {
         self.send(self.http.get(self.url(path_and_query)).header("X-API-Key", key)).await

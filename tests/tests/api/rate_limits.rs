@@ -231,9 +231,7 @@ async fn a_long_poll_woken_again_and_again_before_its_answer_counts_once() {
     let waiting = tokio::spawn(async move { Reply::read(request.send().await.expect("the long poll")).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     for _ in 0..3 {
-        let (_, other) = app.workspace_with_key().await;
-        let other_id = other.split('_').nth(2).expect("lk_<environment>_<key id>_<secret>").to_owned();
-        lectern_api::keys::store::revoke(&app.pool, &other_id).await.expect("revoke another key");
+        app.revoke_a_key_elsewhere().await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(!waiting.is_finished(), "the long poll was answered before anything of its own changed");

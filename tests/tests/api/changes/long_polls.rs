@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use lectern_api::keys::Scope;
 use lectern_tests::app::{Reply, TestApp};
-use lectern_tests::seed::{insert_contacts, ContactSeed};
+use lectern_tests::seed::{create_key, insert_contacts, ContactSeed};
 use lectern_tests::TestDatabase;
 use uuid::Uuid;
 
@@ -210,9 +210,7 @@ async fn a_waiting_request_woken_without_an_answer_still_holds_its_place_in_the_
     settle().await;
 
     for _ in 0..2 {
-        let (_, other) = app.workspace_with_key().await;
-        let other_id = other.split('_').nth(2).expect("lk_<environment>_<key id>_<secret>").to_owned();
-        lectern_api::keys::store::revoke(&db.pool, &other_id).await.expect("revoke another key");
+        app.revoke_a_key_elsewhere().await;
         settle().await;
     }
     let refused = app.get(&key, &format!("{CONTACTS}?since={since}&wait=10")).await;
@@ -237,9 +235,9 @@ async fn waiting_then_revoked(
     db: &TestDatabase,
     app: &TestApp,
 ) -> (tokio::task::JoinHandle<(Reply, Duration)>, Uuid, Instant) {
-    let (workspace, key) = app.workspace_with_key().await;
+    let workspace = Uuid::new_v4();
+    let (key_id, key) = create_key(&db.pool, workspace, &[Scope::ContactsRead]).await;
     let (_, since) = follow(app, &key, CONTACTS, None, 100).await;
-    let key_id = key.split('_').nth(2).expect("lk_<environment>_<key id>_<secret>").to_owned();
     let waiting = send(app, &key, format!("{CONTACTS}?since={since}&wait=30"));
     settle().await;
     lectern_api::keys::store::revoke(&db.pool, &key_id).await.expect("revoke the key");
