@@ -15,6 +15,10 @@ pub const FEED_BOUND_SAMPLES: &str = "lectern_api_feed_bound_samples_total";
 /// for; `served_after_wait`: still being read; `stale`: a change of the feed was
 /// announced after the read; `unclaimed`: nobody asked in time).
 pub const FEED_READ_AHEAD: &str = "lectern_api_feed_read_ahead_pages_total";
+/// Feed reads by requests looking at the same page at once (`started`: read for all who
+/// joined; `joined`: served a read another request started; `stale`: joined, but a change
+/// was announced after the read began, so read again).
+pub const FEED_SHARED_READS: &str = "lectern_api_feed_shared_reads_total";
 pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
 pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
 pub const FIRST_PAGE_CACHE: &str = "lectern_first_page_cache_lookups_total";

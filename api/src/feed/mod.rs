@@ -20,6 +20,7 @@
 //! - [`bound`]: the position below which every row is committed, durable and final.
 //! - [`heads`]: each feed's newest position, kept by notifications; waiting requests.
 //! - [`read_ahead`]: the page after a full one, read before its client asks.
+//! - [`shared_reads`]: one read for the requests looking at the same page at once.
 
 pub mod bound;
 pub mod heads;
@@ -27,6 +28,7 @@ pub mod params;
 pub mod position;
 pub mod query;
 pub mod read_ahead;
+pub mod shared_reads;
 pub mod token;
 
 use std::marker::PhantomData;
@@ -51,6 +53,7 @@ use params::{FeedLimit, Since, WaitSeconds};
 use position::FeedPosition;
 use query::{fetch_changes, ChangedRow};
 use read_ahead::{PageKey, ReadAhead, ReadPage};
+use shared_reads::{ReadKey, SharedRead, SharedReads};
 use token::{FeedScope, SyncTokens};
 
 /// The validated query of a feed operation.
@@ -79,6 +82,8 @@ pub struct Feeds {
     pub bound: Arc<FeedBound>,
     /// Feed pages read before their clients ask for them.
     pub read_ahead: ReadAhead,
+    /// Reads joined by every request looking at the same page meanwhile.
+    pub shared_reads: SharedReads,
     /// A waiting request checks its key again whenever a key changes.
     authenticator: Arc<Authenticator>,
     /// Cancelled when the server begins to shut down: waiting requests answer at once.
@@ -100,6 +105,7 @@ impl Feeds {
             heads: Arc::default(),
             bound: Arc::default(),
             read_ahead: ReadAhead::default(),
+            shared_reads: SharedReads::default(),
             authenticator,
             shutdown,
         }
@@ -261,13 +267,17 @@ impl<R: Resource> Feed<'_, R> {
             let workspace_id = self.scope.workspace_id;
             let changes =
                 fetch_changes::<R>(&self.state.reads, workspace_id, since, rows, seen, bound, known.is_some()).await?;
-            Ok::<_, ApiError>((ticket, changes, None))
+            Ok::<_, ApiError>((ticket, Arc::new(changes), None))
         };
         let (mut ticket, mut changes, mut written) = match self.state.read_ahead.take(&key, heads).await {
-            Some((ticket, read)) => (ticket, read.changes, Some(read.data)),
+            Some((ticket, read)) => (ticket, Arc::new(read.changes), Some(read.data)),
             None => {
                 let bound = self.state.bound.for_reading(&self.state.pool).await?;
-                read(self.replica_can_serve(since, bound)).await?
+                let bound = self.replica_can_serve(since, bound);
+                match self.read_shared(ReadKey::new(key, seen, bound, known.is_some()), bound).await {
+                    Some(read) => (read.ticket, read.changes.clone(), None),
+                    None => read(bound).await?,
+                }
             }
         };
         // A change at or past the bound read below is committed but was not let through:
@@ -312,6 +322,21 @@ impl<R: Resource> Feed<'_, R> {
             None => write_data::<R>(page)?,
         };
         self.body(data, has_more, position, changes.read_at).map(Look::Page)
+    }
+
+    /// The read `key` below `bound`, shared with every request that looks at the same
+    /// page meanwhile (see [`shared_reads`]). `None`: read on your own.
+    async fn read_shared(&self, key: ReadKey, bound: Bound) -> Option<Arc<SharedRead>> {
+        let reads = self.state.reads.clone();
+        let (workspace_id, after, rows, seen, head_known) =
+            (key.page.feed.1, key.page.after, key.page.rows, key.seen, key.head_known);
+        let read = async move {
+            fetch_changes::<R>(&reads, workspace_id, after, rows, seen, bound, head_known)
+                .await
+                .map_err(|error| tracing::debug!(error = %error, "a shared feed read failed; its requests read again"))
+                .ok()
+        };
+        self.state.shared_reads.read(key, &self.state.heads, read).await
     }
 
     /// Refuses `since` when it is at or past the primary's bound sampled after the request

@@ -229,6 +229,29 @@ async fn a_waiting_request_woken_without_an_answer_still_holds_its_place_in_the_
     assert_eq!(again.status, 200, "{}", again.text);
 }
 
+/// The rule: requests waiting on one feed from the same token, woken by one change, read
+/// their page together rather than once each, and every one is answered with the change.
+#[tokio::test]
+async fn requests_woken_by_one_change_read_their_page_together() {
+    const WAITING: u64 = 40;
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let state = app.state.as_ref().expect("an in-process app");
+    let (workspace, key) = app.workspace_with_key().await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+    let waiting: Vec<_> = (0..WAITING).map(|_| send(&app, &key, format!("{CONTACTS}?since={since}&wait=10"))).collect();
+    settle().await;
+    let started_before = state.feeds.shared_reads.started();
+
+    let change = ContactSeed::named("Wakes them all").insert(&db.pool, workspace).await;
+    for request in waiting {
+        let (reply, _) = request.await.expect("a waiting request");
+        assert_eq!(ids(reply.data()), vec![change.to_string()], "{}", reply.text);
+    }
+    let reads = state.feeds.shared_reads.started() - started_before;
+    assert!(reads <= WAITING / 4, "{reads} reads of the page for {WAITING} requests woken by one change");
+}
+
 /// A request waiting (`wait=30`) on the contacts feed with a fresh key, its key then
 /// revoked: the request, the workspace, and when the revocation landed.
 async fn waiting_then_revoked(
