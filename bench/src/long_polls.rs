@@ -90,9 +90,13 @@ pub async fn measure(options: &Options, api_binary: &Path, work: &Path, name: &s
         .await?;
     let pid = api.process.pid;
     let client = reqwest::Client::new();
-    let mut waiters = latest_tokens(&client, &api, keys).await?;
+    let waiters = latest_tokens(&client, &api, keys).await?;
     let listing_before = listings(&client, &api, &neighbour_key).await?;
     let before_mib = mib(rss_kib(pid).ok_or("the API's memory is unreadable")?);
+    eprintln!("[long polls] {} idle connections", thousands(total() as f64));
+    let waiters = Arc::new(waiters);
+    let idle_mib = idle_connections(&api, &waiters).await?;
+    let mut waiters = Arc::into_inner(waiters).ok_or("the idle connections still hold the waiters")?;
 
     let mut rounds = Vec::with_capacity(ROUNDS);
     for round in 1..=ROUNDS {
@@ -106,7 +110,92 @@ pub async fn measure(options: &Options, api_binary: &Path, work: &Path, name: &s
     api.process.stop().await;
     drop(writer);
     database.pool.close().await;
-    Ok(report(options, &server_version, before_mib, &listing_before, &rounds))
+    Ok(report(options, &server_version, before_mib, idle_mib, &listing_before, &rounds))
+}
+
+/// The API's resident memory (MiB) while as many connections as there are long polls are
+/// open and idle, each kept alive after one feed request answered at once: what the
+/// connections cost without a request waiting on them.
+async fn idle_connections(api: &Api, waiters: &Arc<Vec<Waiter>>) -> Result<f64> {
+    let pid = api.process.pid;
+    let address: SocketAddr = api.base.trim_start_matches("http://").parse().context("the API's address")?;
+    let (opened, mut all_opened) = tokio::sync::mpsc::channel::<()>(total());
+    let close = Arc::new(tokio::sync::Notify::new());
+    let mut connections = JoinSet::new();
+    for index in 0..total() {
+        let (waiters, opened, close) = (waiters.clone(), opened.clone(), close.clone());
+        connections.spawn(async move {
+            let mut stream = one_answered_request(address, &waiters[index % WORKSPACES]).await?;
+            let _counted = opened.send(()).await;
+            close.notified().await;
+            stream.shutdown().await.context("close an idle connection")
+        });
+        if index % 200 == 199 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    drop(opened);
+    for _ in 0..total() {
+        if all_opened.recv().await.is_none() {
+            return Err(first_failure(&mut connections).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_mib = mib(rss_kib(pid).ok_or("the API's memory is unreadable")?);
+    close.notify_waiters();
+    while let Some(closed) = connections.join_next().await {
+        closed.map_err(|error| format!("an idle connection's task failed: {error}"))??;
+    }
+    tokio::time::sleep(SETTLE).await;
+    Ok(idle_mib)
+}
+
+/// Why a task of `connections` failed.
+async fn first_failure(connections: &mut JoinSet<Result<()>>) -> Box<dyn std::error::Error + Send + Sync> {
+    while let Some(ended) = connections.join_next().await {
+        match ended {
+            Ok(Err(error)) => return error,
+            Err(error) => return format!("an idle connection's task failed: {error}").into(),
+            Ok(Ok(())) => {}
+        }
+    }
+    "an idle connection ended before the others opened".into()
+}
+
+/// A connection of its own on which one feed request (`since=<token>`, no wait) was
+/// answered 200, kept alive.
+async fn one_answered_request(address: SocketAddr, waiter: &Waiter) -> Result<TcpStream> {
+    let mut stream = sent(address, waiter, "", "").await?;
+    let mut response = Vec::with_capacity(1_024);
+    let mut chunk = [0_u8; 1_024];
+    loop {
+        let read = stream.read(&mut chunk).await.context("read a feed response")?;
+        if read == 0 {
+            return Err("the API closed a connection it should keep alive".into());
+        }
+        response.extend_from_slice(&chunk[..read]);
+        if let Some(length) = complete_response(&response)? {
+            if !response.starts_with(b"HTTP/1.1 200") {
+                return Err(format!("a feed request answered {}", String::from_utf8_lossy(&response[..length])).into());
+            }
+            return Ok(stream);
+        }
+    }
+}
+
+/// The length of the whole response in `bytes` once its head and body (by
+/// `content-length`) have arrived.
+fn complete_response(bytes: &[u8]) -> Result<Option<usize>> {
+    let Some(head_end) = bytes.windows(4).position(|window| window == b"\r\n\r\n").map(|at| at + 4) else {
+        return Ok(None);
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|value| value.trim().parse::<usize>().ok())
+        .ok_or("a feed response without a content-length")?;
+    Ok((bytes.len() >= head_end + length).then_some(head_end + length))
 }
 
 async fn one_round(
@@ -181,14 +270,21 @@ async fn latest_tokens(client: &reqwest::Client, api: &Api, keys: Vec<(Uuid, Str
     Ok(waiters)
 }
 
-/// One long poll on a connection of its own: the whole response, head and body.
-async fn long_poll(address: SocketAddr, waiter: &Waiter) -> Result<Vec<u8>> {
+/// A connection of its own on which the feed request from `waiter`'s token, with
+/// `more_query` and `more_headers` (each line ending in CRLF), has been sent.
+async fn sent(address: SocketAddr, waiter: &Waiter, more_query: &str, more_headers: &str) -> Result<TcpStream> {
     let mut stream = TcpStream::connect(address).await.context("connect to the API")?;
     let request = format!(
-        "GET /v1/contacts/changes?since={}&wait=30 HTTP/1.1\r\nHost: {address}\r\nX-API-Key: {}\r\nConnection: close\r\n\r\n",
+        "GET /v1/contacts/changes?since={}{more_query} HTTP/1.1\r\nHost: {address}\r\nX-API-Key: {}\r\n{more_headers}\r\n",
         waiter.token, waiter.key
     );
-    stream.write_all(request.as_bytes()).await.context("send a long poll")?;
+    stream.write_all(request.as_bytes()).await.context("send a feed request")?;
+    Ok(stream)
+}
+
+/// One long poll on a connection of its own: the whole response, head and body.
+async fn long_poll(address: SocketAddr, waiter: &Waiter) -> Result<Vec<u8>> {
+    let mut stream = sent(address, waiter, "&wait=30", "Connection: close\r\n").await?;
     let mut response = Vec::with_capacity(1_024);
     stream.read_to_end(&mut response).await.context("read a long poll's response")?;
     Ok(response)
@@ -260,6 +356,7 @@ fn report(
     options: &Options,
     server_version: &str,
     before_mib: f64,
+    idle_mib: f64,
     listing_before: &Quantiles,
     rounds: &[Round],
 ) -> Report {
@@ -277,6 +374,17 @@ fn report(
         format!("Command: `{}`", options.command_line),
     ];
     let per_request_kib = |waiting: f64| (waiting - before_mib) * 1024.0 / total() as f64;
+    report.rows.push(Row {
+        scenario: format!(
+            "API resident memory with {} idle connections, no request waiting",
+            thousands(total() as f64)
+        ),
+        lectern: format!("{idle_mib:.0} MiB"),
+        baseline: format!("{before_mib:.0} MiB"),
+        ratio: Some(idle_mib / before_mib),
+        rss: format!("{:.1} KiB per connection", per_request_kib(idle_mib)),
+        ..Row::dashes()
+    });
     for (index, round) in rounds.iter().enumerate() {
         let number = index + 1;
         report.rows.push(Row {
@@ -329,6 +437,11 @@ fn report(
              over the round, \"after\" {} s after the last response. Per waiting request: (while they wait − before) / {}.",
             SETTLE.as_secs(),
             thousands(total() as f64)
+        ),
+        format!(
+            "Idle connections: before the rounds, as many connections as long polls, each kept alive after one \
+             feed request (`since=<token>`, no `wait`) answered at once; sampled once all are open, then closed. What \
+             a long poll costs beyond its connection is the difference."
         ),
         format!(
             "Each round: every long poll answered 200 with its workspace's new contact; opened and counted waiting in \

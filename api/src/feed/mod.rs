@@ -19,12 +19,14 @@
 //! - [`query`]: the feed's statements.
 //! - [`bound`]: the position below which every row is committed, durable and final.
 //! - [`heads`]: each feed's newest position, kept by notifications; waiting requests.
+//! - [`parking`]: a waiting request held outside its stack.
 //! - [`read_ahead`]: the page after a full one, read before its client asks.
 //! - [`shared_reads`]: one read for the requests looking at the same page at once.
 
 pub mod bound;
 pub mod heads;
 pub mod params;
+pub mod parking;
 pub mod position;
 pub mod query;
 pub mod read_ahead;
@@ -50,6 +52,7 @@ use crate::resources::Resource;
 use bound::{Bound, FeedBound};
 use heads::{FeedHeads, FeedKey, Waiting};
 use params::{FeedLimit, Since, WaitSeconds};
+use parking::{Parked, Parking, Resume};
 use position::FeedPosition;
 use query::{fetch_changes, ChangedRow};
 use read_ahead::{PageKey, ReadAhead, ReadPage};
@@ -116,6 +119,10 @@ impl Feeds {
     /// changes and before it answers: a key revoked while it waits is refused then, and
     /// nothing changed after the revocation is served.
     ///
+    /// Offered a `parking`, a request that would wait leaves a [`Parked`] record there
+    /// and returns an empty body at once, which is never sent: the envelope holds the
+    /// record and sends the request through again with where it stood.
+    ///
     /// Whatever touches the database is boxed: a future is as large as its largest
     /// state, and a request spends up to 30 s in the smallest one, waiting, so inline
     /// database futures would be held, unused, by every waiting request (see
@@ -125,23 +132,38 @@ impl Feeds {
         caller: &Principal,
         params: ChangesParams,
         request_id: &str,
+        parking: Option<&Parking>,
     ) -> Result<Vec<u8>, ApiError> {
         let workspace_id = caller.workspace_id;
         let began = std::time::Instant::now();
         let scope = FeedScope { resource: R::NAME, workspace_id };
         let feed = Feed::<R> { state: self, scope, request_id, resource: PhantomData };
+        let mut waiting: Option<Waiting> = None;
         // `seen`: the WAL position the client's last page was read at; no later page is read
         // anywhere that has not replayed it.
-        let (mut since, mut seen) = match &params.since {
-            None => (FeedPosition::START, 0),
-            Some(Since::Latest) => {
-                let (latest, read_at) = Box::pin(feed.latest(began)).await?;
-                return feed.body(write_data::<R>(&[])?, false, latest, read_at);
+        let (mut since, mut seen, deadline) = match parking.and_then(Parking::take_resume) {
+            Some(resume) => {
+                waiting = Some(resume.waiting);
+                if resume.out_of_time {
+                    Box::pin(self.authenticator.still_valid(caller)).await?;
+                    return feed.body(write_data::<R>(&[])?, false, resume.since, resume.seen);
+                }
+                (resume.since, resume.seen, resume.deadline)
             }
-            Some(Since::Token(token)) => self.tokens.open_read_at(token, feed.scope).map_err(ApiError::SinceRefused)?,
+            None => {
+                let (since, seen) = match &params.since {
+                    None => (FeedPosition::START, 0),
+                    Some(Since::Latest) => {
+                        let (latest, read_at) = Box::pin(feed.latest(began)).await?;
+                        return feed.body(write_data::<R>(&[])?, false, latest, read_at);
+                    }
+                    Some(Since::Token(token)) => {
+                        self.tokens.open_read_at(token, feed.scope).map_err(ApiError::SinceRefused)?
+                    }
+                };
+                (since, seen, Instant::now() + params.wait.duration())
+            }
         };
-        let deadline = Instant::now() + params.wait.duration();
-        let mut waiting: Option<Waiting> = None;
         let mut keys = self.authenticator.watch_keys();
         loop {
             if waiting.is_some() {
@@ -162,10 +184,25 @@ impl Feeds {
             if Instant::now() >= deadline || self.shutdown.is_cancelled() {
                 break;
             }
-            if waiting.is_none() {
-                let counted = self.heads.start_waiting(feed.key());
-                waiting = Some(counted.ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?);
+            let counted = match waiting.take() {
+                Some(counted) => counted,
+                None => self
+                    .heads
+                    .start_waiting(feed.key())
+                    .ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?,
+            };
+            if let Some(parking) = parking {
+                parking.park(Parked {
+                    resume: Resume { since, seen, deadline, waiting: counted, out_of_time: false },
+                    head: watch,
+                    bound,
+                    keys,
+                    not_yet_served,
+                    shutdown: self.shutdown.clone(),
+                });
+                return Ok(Vec::new());
             }
+            waiting = Some(counted);
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => break,

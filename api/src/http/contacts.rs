@@ -18,6 +18,7 @@ use super::strict_query::StrictQuery;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::feed::params::{FeedLimit, Since, WaitSeconds};
+use crate::feed::parking::Parking;
 use crate::feed::ChangesParams;
 use crate::listing::page::PageInfo;
 use crate::listing::params::{CursorToken, Limit, SearchText, SortKey};
@@ -160,6 +161,7 @@ impl ContactsApi {
         &self,
         state: Data<&Arc<AppState>>,
         request_id: Data<&RequestId>,
+        parking: Option<Data<&Parking>>,
         key: ContactsReader,
         _strict: StrictQuery<ChangesQuery<Contacts>>,
         /// A `syncToken` of an earlier response of this operation, unchanged; `latest` for
@@ -176,7 +178,15 @@ impl ContactsApi {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
         // Boxed, so that the operation's future is not as large as the feed's (a waiting
         // request holds both).
-        Ok(JsonBody::assembled(Box::pin(state.feeds.page::<Contacts>(&key.0, params, request_id.as_str())).await?))
+        Ok(JsonBody::assembled(
+            Box::pin(state.feeds.page::<Contacts>(
+                &key.0,
+                params,
+                request_id.as_str(),
+                parking.map(|parking| parking.0),
+            ))
+            .await?,
+        ))
     }
 
     /// Retrieve an active contact

@@ -11,7 +11,7 @@ mod authenticator;
 mod format;
 pub mod store;
 
-pub use authenticator::{Authenticator, Principal};
+pub use authenticator::{Authenticator, KeyChanges, Principal};
 pub use format::{
     Environment, IssuedKey, KeyError, Made, ParsedKey, Pepper, PepperDependency, Peppers, Scope, FINGERPRINT_LEN,
 };
