@@ -13,6 +13,7 @@ use poem_openapi::Object;
 
 use super::caller::{self, Caller};
 use super::request_id::RequestId;
+use super::server::detach::{DetachSlot, Detached};
 use crate::error::{code_for_status, ApiError, ErrorCode, ErrorDetails};
 use crate::feed::parking::Parking;
 
@@ -109,14 +110,21 @@ pub const KEY_CHALLENGE: &str = "ApiKey realm=\"lectern\", header=\"X-API-Key\""
 /// Wraps the whole application: request id in, envelope and `X-Request-Id` out,
 /// panics caught, one log line per request.
 pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem::Result<Response> {
-    let started = Instant::now();
+    // A long poll its connection sends through again is the same request: it keeps when
+    // it began and where its key stood when it was counted.
+    let resumed = request.data::<Resumed>().copied();
+    let started = resumed.map_or_else(Instant::now, |resumed| resumed.started);
     keep_undecodable_path_literal(&mut request);
-    let request_id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|value| value.to_str().ok())
-        .and_then(RequestId::from_client)
-        .unwrap_or_else(RequestId::generate);
+    let request_id = match request.data::<RequestId>() {
+        // A parked request sent through again by its connection keeps its id.
+        Some(resumed) => resumed.clone(),
+        None => request
+            .headers()
+            .get("x-request-id")
+            .and_then(|value| value.to_str().ok())
+            .and_then(RequestId::from_client)
+            .unwrap_or_else(RequestId::generate),
+    };
     // Operations hand it to their feature as an argument.
     request.set_data(request_id.clone());
     let method = request.method().clone();
@@ -135,7 +143,7 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
         }
         // Boxed, as everything this layer awaits: a parked long poll holds this layer's
         // future for as long as it waits, so it must not carry the application's.
-        let result = AssertUnwindSafe(Box::pin(answer(inner.as_ref(), request))).catch_unwind().await;
+        let result = AssertUnwindSafe(Box::pin(answer(inner.as_ref(), request, started))).catch_unwind().await;
         match result {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => render_error(error),
@@ -155,6 +163,10 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
     .await;
 
     let mut response = outcome;
+    let mut caller = caller;
+    if caller.standing.is_none() {
+        caller.standing = resumed.and_then(|resumed| resumed.standing);
+    }
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(request_id.as_str()) {
         headers.insert("x-request-id", value);
@@ -192,13 +204,14 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
 /// parked record and returns: the application's futures are dropped, and the request
 /// waits here, as that record and a copy of its head, until its feed moves; then it is
 /// sent through again (see `feed::parking`).
-async fn answer<E: Endpoint>(inner: &E, mut request: Request) -> poem::Result<Response> {
+async fn answer<E: Endpoint>(inner: &E, mut request: Request, started: Instant) -> poem::Result<Response> {
     if !may_wait(&request) {
         // Boxed: inline, the whole application's future would be carried (and copied)
         // by every layer outside it.
         return Box::pin(inner.call(request)).await.map(IntoResponse::into_response);
     }
-    let mut parking = Parking::default();
+    let mut parking = request.data::<Parking>().cloned().unwrap_or_default();
+    let detach = request.data::<Arc<DetachSlot>>().cloned();
     loop {
         let again = head_copy(&request);
         request.set_data(parking.clone());
@@ -207,9 +220,25 @@ async fn answer<E: Endpoint>(inner: &E, mut request: Request) -> poem::Result<Re
             return outcome;
         };
         drop(outcome);
+        if let Some(slot) = &detach {
+            let mut again = again;
+            // Counted on its first pass only; a later pass finds the standing carried.
+            let standing = caller::standing().or_else(|| again.data::<Resumed>().and_then(|resumed| resumed.standing));
+            again.set_data(Resumed { started, standing });
+            slot.hand_over(Box::new(Detached { parked, request: again }));
+            // The connection drops this request's futures, this one among them.
+            return std::future::pending().await;
+        }
         parking = Parking::resuming(Box::pin(parked.until_worth_looking()).await);
         request = again;
     }
+}
+
+/// What a parked long poll sent through again by its connection keeps of its first pass.
+#[derive(Clone, Copy, Debug)]
+struct Resumed {
+    started: Instant,
+    standing: Option<crate::rate_limit::Standing>,
 }
 
 /// Whether `request` may be a long poll: a feed request that asks to `wait`.

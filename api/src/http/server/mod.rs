@@ -7,6 +7,7 @@
 //! requests finish within a grace period.
 
 mod activity;
+pub mod detach;
 mod parser_refusals;
 
 use std::convert::Infallible;
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::activity::{Activity, Expired, Tracked};
+use self::detach::{DetachSlot, SharedIo};
 use self::parser_refusals::RefusalsInShape;
 use super::envelope::MAX_HEAD_BYTES;
 
@@ -86,6 +88,7 @@ where
     let builder = Arc::new(protocols(&limits));
     let head_cap = builder_head_cap(&limits);
     let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let resumes = Arc::new(Semaphore::new(detach::RESUMING_AT_ONCE));
     let stopping = CancellationToken::new();
     let tracker = TaskTracker::new();
     let local = listener.local_addr()?;
@@ -114,19 +117,28 @@ where
         let builder = builder.clone();
         let stopping = stopping.clone();
         let header_read_timeout = limits.header_read_timeout;
+        let resumer = endpoint.clone();
+        let resumes = resumes.clone();
         tracker.spawn(async move {
             let activity = Activity::new();
             let answering = activity.clone();
+            let slot = Arc::new(DetachSlot::default());
+            let handed = slot.clone();
             let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
                 let endpoint = endpoint.clone();
                 let in_flight = answering.begin();
+                let handed = handed.clone();
                 async move {
-                    let request = poem::Request::from((
+                    let is_http1 = request.version() < hyper::Version::HTTP_2;
+                    let mut request = poem::Request::from((
                         request,
                         LocalAddr(Addr::SocketAddr(local)),
                         RemoteAddr(Addr::SocketAddr(peer)),
                         poem::http::uri::Scheme::HTTP,
                     ));
+                    if is_http1 {
+                        request.set_data(handed);
+                    }
                     // Boxed: hyper allocates room for this future with each connection,
                     // idle ones included, and holds it for as long as a long poll waits.
                     let response: hyper::Response<BoxBody<Bytes, std::io::Error>> =
@@ -135,39 +147,53 @@ where
                     Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
                 }
             });
-            let io = TokioIo::new(RefusalsInShape::new(stream, head_cap));
-            let connection = builder.serve_connection_with_upgrades(io, service);
-            tokio::pin!(connection);
-            loop {
-                let deadline = activity.deadline(header_read_timeout);
-                let expired = async {
-                    match deadline {
-                        Some((at, why)) => {
-                            tokio::time::sleep_until(at).await;
-                            why
+            let socket = Arc::new(std::sync::Mutex::new(Some(RefusalsInShape::new(stream, head_cap))));
+            let io = TokioIo::new(SharedIo(socket.clone()));
+            let mut detached = None;
+            // A block of its own, so that hyper's connection is dropped at its end, before a
+            // detached request waits.
+            {
+                let connection = builder.serve_connection_with_upgrades(io, service);
+                tokio::pin!(connection);
+                loop {
+                    let deadline = activity.deadline(header_read_timeout);
+                    let expired = async {
+                        match deadline {
+                            Some((at, why)) => {
+                                tokio::time::sleep_until(at).await;
+                                why
+                            }
+                            None => std::future::pending().await,
                         }
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = connection.as_mut() => break,
-                    () = activity.changed() => {}
-                    why = expired => {
-                        metrics::counter!(crate::metric_names::CONNECTIONS_EXPIRED, "reason" => why.label())
-                            .increment(1);
-                        if why == Expired::Idle {
-                            // A GOAWAY for HTTP/2; HTTP/1 closes at once.
+                    };
+                    tokio::select! {
+                        _ = connection.as_mut() => break,
+                        handed = slot.arrived() => {
+                            detached = Some(handed);
+                            break;
+                        }
+                        () = activity.changed() => {}
+                        why = expired => {
+                            metrics::counter!(crate::metric_names::CONNECTIONS_EXPIRED, "reason" => why.label())
+                                .increment(1);
+                            if why == Expired::Idle {
+                                // A GOAWAY for HTTP/2; HTTP/1 closes at once.
+                                connection.as_mut().graceful_shutdown();
+                                let _ = tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await;
+                            }
+                            break;
+                        }
+                        () = stopping.cancelled() => {
                             connection.as_mut().graceful_shutdown();
-                            let _ = tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await;
+                            let _ = connection.as_mut().await;
+                            break;
                         }
-                        break;
-                    }
-                    () = stopping.cancelled() => {
-                        connection.as_mut().graceful_shutdown();
-                        let _ = connection.await;
-                        break;
                     }
                 }
+            }
+            let taken = socket.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            if let (Some(handed), Some(socket)) = (detached, taken) {
+                Box::pin(detach::answer_when_worth_it(handed, socket, resumer, slot, resumes)).await;
             }
             drop(permit);
         });

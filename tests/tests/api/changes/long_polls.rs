@@ -252,6 +252,43 @@ async fn requests_woken_by_one_change_read_their_page_together() {
     assert!(reads <= WAITING / 4, "{reads} reads of the page for {WAITING} requests woken by one change");
 }
 
+/// The rule: a long poll that waited is answered whole, with its request id and its key's
+/// rate-limit standing, and its connection then closes (`Connection: close`): while it
+/// waited, its connection let go of the HTTP state it would be kept alive with.
+#[tokio::test]
+async fn a_long_poll_that_waited_is_answered_whole_and_its_connection_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (workspace, key) = app.workspace_with_key().await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+    let mut stream = tokio::net::TcpStream::connect(app.address).await.expect("connect");
+    let request = format!(
+        "GET {CONTACTS}?since={since}&wait=10 HTTP/1.1\r\nHost: lectern\r\nX-API-Key: {key}\r\n\
+         X-Request-Id: waited-once\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("send the long poll");
+    settle().await;
+    let change = ContactSeed::named("After the wait").insert(&db.pool, workspace).await;
+
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut response))
+        .await
+        .expect("the connection closes once the long poll is answered")
+        .expect("read the response");
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{text}");
+    assert!(head.contains("\r\nconnection: close"), "{text}");
+    assert!(head.contains("\r\nx-request-id: waited-once"), "{text}");
+    assert!(head.contains("\r\nratelimit: "), "{text}");
+    assert!(head.contains(&format!("\r\ncontent-length: {}", body.len())), "{text}");
+    assert!(body.contains(&change.to_string()), "{text}");
+    assert!(body.contains("\"requestId\":\"waited-once\""), "{text}");
+}
+
 /// A request waiting (`wait=30`) on the contacts feed with a fresh key, its key then
 /// revoked: the request, the workspace, and when the revocation landed.
 async fn waiting_then_revoked(
