@@ -119,14 +119,21 @@ pub async fn measure(options: &Options, api_binary: &Path, work: &Path, name: &s
 async fn idle_connections(api: &Api, waiters: &Arc<Vec<Waiter>>) -> Result<f64> {
     let pid = api.process.pid;
     let address: SocketAddr = api.base.trim_start_matches("http://").parse().context("the API's address")?;
-    let (opened, mut all_opened) = tokio::sync::mpsc::channel::<()>(total());
+    // Each connection reports whether it opened; a failure ends the measurement at once.
+    let (opened, mut all_opened) = tokio::sync::mpsc::channel::<std::result::Result<(), String>>(total());
     let close = Arc::new(tokio::sync::Notify::new());
     let mut connections = JoinSet::new();
     for index in 0..total() {
         let (waiters, opened, close) = (waiters.clone(), opened.clone(), close.clone());
         connections.spawn(async move {
-            let mut stream = one_answered_request(address, &waiters[index % WORKSPACES]).await?;
-            let _counted = opened.send(()).await;
+            let mut stream = match one_answered_request(address, &waiters[index % WORKSPACES]).await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    let _reported = opened.send(Err(format!("idle connection {index}: {error}"))).await;
+                    return Ok(());
+                }
+            };
+            let _reported = opened.send(Ok(())).await;
             close.notified().await;
             stream.shutdown().await.context("close an idle connection")
         });
@@ -136,8 +143,13 @@ async fn idle_connections(api: &Api, waiters: &Arc<Vec<Waiter>>) -> Result<f64> 
     }
     drop(opened);
     for _ in 0..total() {
-        if all_opened.recv().await.is_none() {
-            return Err(first_failure(&mut connections).await);
+        match all_opened.recv().await {
+            Some(Ok(())) => {}
+            Some(Err(failure)) => {
+                connections.abort_all();
+                return Err(failure.into());
+            }
+            None => return Err("the idle connections' tasks ended before reporting".into()),
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -148,18 +160,6 @@ async fn idle_connections(api: &Api, waiters: &Arc<Vec<Waiter>>) -> Result<f64> 
     }
     tokio::time::sleep(SETTLE).await;
     Ok(idle_mib)
-}
-
-/// Why a task of `connections` failed.
-async fn first_failure(connections: &mut JoinSet<Result<()>>) -> Box<dyn std::error::Error + Send + Sync> {
-    while let Some(ended) = connections.join_next().await {
-        match ended {
-            Ok(Err(error)) => return error,
-            Err(error) => return format!("an idle connection's task failed: {error}").into(),
-            Ok(Ok(())) => {}
-        }
-    }
-    "an idle connection ended before the others opened".into()
 }
 
 /// A connection of its own on which one feed request (`since=<token>`, no wait) was

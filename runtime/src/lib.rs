@@ -138,14 +138,41 @@ pub fn run_command_exiting<E: std::error::Error>(
 }
 
 /// [`run_command`] on a runtime whose worker threads call `on_idle` each time they run
-/// out of work (the API hands freed memory back to the system there).
+/// out of work (the API hands freed memory back to the system there). `on_idle` returns
+/// `false` when it put its work off (done too recently); every worker is then woken once
+/// `retry_after` has passed, so that one that stays idle does the work then.
 pub fn run_command_idling<E: std::error::Error>(
     work: impl std::future::Future<Output = Result<(), E>>,
-    on_idle: fn(),
+    on_idle: fn() -> bool,
+    retry_after: std::time::Duration,
 ) -> std::process::ExitCode {
+    let put_off = std::sync::Arc::new(tokio::sync::Notify::new());
+    let noted = put_off.clone();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.on_thread_park(on_idle);
-    run_on(builder, async { work.await.map(|()| std::process::ExitCode::SUCCESS) }, std::process::ExitCode::FAILURE)
+    builder.on_thread_park(move || {
+        if !on_idle() {
+            noted.notify_one();
+        }
+    });
+    let work = async move {
+        let reminder = tokio::spawn(wake_workers_that_put_off(put_off, retry_after));
+        let outcome = work.await;
+        reminder.abort();
+        outcome.map(|()| std::process::ExitCode::SUCCESS)
+    };
+    run_on(builder, work, std::process::ExitCode::FAILURE)
+}
+
+/// Each time a worker puts its idle work off: waits `retry_after`, then gives every worker
+/// a task that does nothing, so that each runs out of work again and does it.
+async fn wake_workers_that_put_off(put_off: std::sync::Arc<tokio::sync::Notify>, retry_after: std::time::Duration) {
+    loop {
+        put_off.notified().await;
+        tokio::time::sleep(retry_after).await;
+        for _ in 0..tokio::runtime::Handle::current().metrics().num_workers() {
+            drop(tokio::spawn(async {}));
+        }
+    }
 }
 
 fn run_on<E: std::error::Error>(

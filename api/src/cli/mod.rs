@@ -52,7 +52,11 @@ pub fn main() -> ExitCode {
     let cli: Cli = lectern_runtime::parse_args();
     crate::telemetry::init();
     crate::memory::keep_heap_in_small_pages();
-    lectern_runtime::run_command_idling(run(cli.command), lectern_allocator::hand_back_freed_memory)
+    lectern_runtime::run_command_idling(
+        run(cli.command),
+        lectern_allocator::hand_back_freed_memory,
+        lectern_allocator::AT_MOST_EVERY,
+    )
 }
 
 async fn run(command: Command) -> Result<(), CommandError> {
