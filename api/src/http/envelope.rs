@@ -8,14 +8,13 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use poem::http::{header, HeaderValue, StatusCode};
-use poem::{Body, Endpoint, IntoResponse, Request, RequestParts, Response};
+use poem::{Endpoint, Request, Response};
 use poem_openapi::Object;
 
 use super::caller::{self, Caller};
+use super::long_poll::{self, Resumed};
 use super::request_id::RequestId;
-use super::server::detach::{DetachSlot, Detached};
 use crate::error::{code_for_status, ApiError, ErrorCode, ErrorDetails};
-use crate::feed::parking::Parking;
 
 /// The body of every error response.
 #[derive(Debug, Object)]
@@ -112,7 +111,7 @@ pub const KEY_CHALLENGE: &str = "ApiKey realm=\"lectern\", header=\"X-API-Key\""
 pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem::Result<Response> {
     // A long poll its connection sends through again is the same request: it keeps when
     // it began and where its key stood when it was counted.
-    let resumed = request.data::<Resumed>().copied();
+    let resumed = Resumed::of(&request);
     let started = resumed.map_or_else(Instant::now, |resumed| resumed.started);
     keep_undecodable_path_literal(&mut request);
     let request_id = match request.data::<RequestId>() {
@@ -143,7 +142,8 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
         }
         // Boxed, as everything this layer awaits: a parked long poll holds this layer's
         // future for as long as it waits, so it must not carry the application's.
-        let result = AssertUnwindSafe(Box::pin(answer(inner.as_ref(), request, started))).catch_unwind().await;
+        let result =
+            AssertUnwindSafe(Box::pin(long_poll::answer(inner.as_ref(), request, started))).catch_unwind().await;
         match result {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => render_error(error),
@@ -198,81 +198,6 @@ pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem:
         "request"
     );
     Ok(response)
-}
-
-/// Sends `request` through the application. A long poll that finds nothing leaves a
-/// parked record and returns: the application's futures are dropped, and the request
-/// waits here, as that record and a copy of its head, until its feed moves; then it is
-/// sent through again (see `feed::parking`).
-async fn answer<E: Endpoint>(inner: &E, mut request: Request, started: Instant) -> poem::Result<Response> {
-    if !may_wait(&request) {
-        // Boxed: inline, the whole application's future would be carried (and copied)
-        // by every layer outside it.
-        return Box::pin(inner.call(request)).await.map(IntoResponse::into_response);
-    }
-    let mut parking = request.data::<Parking>().cloned().unwrap_or_default();
-    let detach = request.data::<Arc<DetachSlot>>().cloned();
-    loop {
-        let again = head_copy(&request);
-        request.set_data(parking.clone());
-        let outcome = Box::pin(inner.call(request)).await.map(IntoResponse::into_response);
-        let Some(parked) = parking.take_parked() else {
-            return outcome;
-        };
-        drop(outcome);
-        if let Some(slot) = &detach {
-            let mut again = again;
-            // Counted on its first pass only; a later pass finds the standing carried.
-            let standing = caller::standing().or_else(|| again.data::<Resumed>().and_then(|resumed| resumed.standing));
-            again.set_data(Resumed { started, standing });
-            slot.hand_over(Box::new(Detached { parked, request: again }));
-            // The connection drops this request's futures, this one among them.
-            return std::future::pending().await;
-        }
-        parking = Parking::resuming(Box::pin(parked.until_worth_looking()).await);
-        request = again;
-    }
-}
-
-/// What a parked long poll sent through again by its connection keeps of its first pass.
-#[derive(Clone, Copy, Debug)]
-struct Resumed {
-    started: Instant,
-    standing: Option<crate::rate_limit::Standing>,
-}
-
-/// Whether `request` may be a long poll: a feed request that asks to `wait`.
-fn may_wait(request: &Request) -> bool {
-    request.uri().path().ends_with("/changes") && request.uri().query().is_some_and(|query| query.contains("wait"))
-}
-
-/// `request` again, without its body (a feed request has none). Its target and header
-/// values are copied, not shared: hyper parses them as slices of the connection's read
-/// buffer, and a shared copy would keep that buffer's whole allocation alive while the
-/// request waits, beside the one hyper reads into meanwhile.
-fn head_copy(request: &Request) -> Request {
-    let mut head = poem::http::Request::new(());
-    *head.method_mut() = request.method().clone();
-    *head.uri_mut() =
-        poem::http::Uri::from_maybe_shared(bytes::Bytes::copy_from_slice(request.uri().to_string().as_bytes()))
-            .unwrap_or_else(|_| request.uri().clone());
-    *head.version_mut() = request.version();
-    let headers = head.headers_mut();
-    headers.reserve(request.headers().len());
-    for (name, value) in request.headers() {
-        let mut copied = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
-        copied.set_sensitive(value.is_sensitive());
-        headers.append(name.clone(), copied);
-    }
-    *head.extensions_mut() = request.extensions().clone();
-    let (parts, ()) = head.into_parts();
-    let parts = RequestParts::from((
-        parts,
-        request.local_addr().clone(),
-        request.remote_addr().clone(),
-        request.scheme().clone(),
-    ));
-    Request::from_parts(parts, Body::empty())
 }
 
 /// Bytes of the request line and headers, as sent. Measured from the URI's parts

@@ -11,6 +11,7 @@ pub mod contracts;
 pub mod envelope;
 mod examples;
 pub mod items;
+mod long_poll;
 pub mod openapi;
 pub mod operations;
 pub mod payload;

@@ -12,6 +12,7 @@ mod parser_refusals;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use poem::web::{LocalAddr, RemoteAddr};
 use poem::{Addr, Endpoint};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -31,6 +32,7 @@ use self::activity::{Activity, Expired, Tracked};
 use self::detach::{DetachSlot, SharedIo};
 use self::parser_refusals::RefusalsInShape;
 use super::envelope::MAX_HEAD_BYTES;
+use super::long_poll;
 
 /// What one server will put up with.
 #[derive(Clone, Copy, Debug)]
@@ -84,14 +86,17 @@ pub async fn serve<E>(
 where
     E: Endpoint + 'static,
 {
-    let endpoint = Arc::new(endpoint);
-    let builder = Arc::new(protocols(&limits));
-    let head_cap = builder_head_cap(&limits);
+    let shared = Arc::new(Shared {
+        endpoint: Arc::new(endpoint),
+        protocols: protocols(&limits),
+        head_cap: builder_head_cap(&limits),
+        header_read_timeout: limits.header_read_timeout,
+        local: listener.local_addr()?,
+        resumes: Arc::new(Semaphore::new(detach::RESUMING_AT_ONCE)),
+    });
     let connections = Arc::new(Semaphore::new(limits.max_connections));
-    let resumes = Arc::new(Semaphore::new(detach::RESUMING_AT_ONCE));
     let stopping = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let local = listener.local_addr()?;
     tokio::pin!(shutdown);
 
     loop {
@@ -113,90 +118,7 @@ where
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let endpoint = endpoint.clone();
-        let builder = builder.clone();
-        let stopping = stopping.clone();
-        let header_read_timeout = limits.header_read_timeout;
-        let resumer = endpoint.clone();
-        let resumes = resumes.clone();
-        tracker.spawn(async move {
-            let activity = Activity::new();
-            let answering = activity.clone();
-            let slot = Arc::new(DetachSlot::default());
-            let handed = slot.clone();
-            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let endpoint = endpoint.clone();
-                let in_flight = answering.begin();
-                let handed = handed.clone();
-                async move {
-                    let is_http1 = request.version() < hyper::Version::HTTP_2;
-                    let mut request = poem::Request::from((
-                        request,
-                        LocalAddr(Addr::SocketAddr(local)),
-                        RemoteAddr(Addr::SocketAddr(peer)),
-                        poem::http::uri::Scheme::HTTP,
-                    ));
-                    if is_http1 {
-                        request.set_data(handed);
-                    }
-                    // Boxed: hyper allocates room for this future with each connection,
-                    // idle ones included, and holds it for as long as a long poll waits.
-                    let response: hyper::Response<BoxBody<Bytes, std::io::Error>> =
-                        Box::pin(endpoint.get_response(request)).await.into();
-                    // The request stays in flight until its body has been handed over.
-                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
-                }
-            });
-            let socket = Arc::new(std::sync::Mutex::new(Some(RefusalsInShape::new(stream, head_cap))));
-            let io = TokioIo::new(SharedIo(socket.clone()));
-            let mut detached = None;
-            // A block of its own, so that hyper's connection is dropped at its end, before a
-            // detached request waits.
-            {
-                let connection = builder.serve_connection_with_upgrades(io, service);
-                tokio::pin!(connection);
-                loop {
-                    let deadline = activity.deadline(header_read_timeout);
-                    let expired = async {
-                        match deadline {
-                            Some((at, why)) => {
-                                tokio::time::sleep_until(at).await;
-                                why
-                            }
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        _ = connection.as_mut() => break,
-                        handed = slot.arrived() => {
-                            detached = Some(handed);
-                            break;
-                        }
-                        () = activity.changed() => {}
-                        why = expired => {
-                            metrics::counter!(crate::metric_names::CONNECTIONS_EXPIRED, "reason" => why.label())
-                                .increment(1);
-                            if why == Expired::Idle {
-                                // A GOAWAY for HTTP/2; HTTP/1 closes at once.
-                                connection.as_mut().graceful_shutdown();
-                                let _ = tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await;
-                            }
-                            break;
-                        }
-                        () = stopping.cancelled() => {
-                            connection.as_mut().graceful_shutdown();
-                            let _ = connection.as_mut().await;
-                            break;
-                        }
-                    }
-                }
-            }
-            let taken = socket.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-            if let (Some(handed), Some(socket)) = (detached, taken) {
-                Box::pin(detach::answer_when_worth_it(handed, socket, resumer, slot, resumes)).await;
-            }
-            drop(permit);
-        });
+        tracker.spawn(connection(stream, peer, shared.clone(), stopping.clone(), permit));
     }
 
     drop(listener);
@@ -206,6 +128,109 @@ where
         tracing::warn!(grace_period = ?limits.grace_period, "requests still running at the end of the grace period were cut off");
     }
     Ok(())
+}
+
+/// What every connection of one server uses.
+struct Shared<E> {
+    endpoint: Arc<E>,
+    protocols: auto::Builder<TokioExecutor>,
+    head_cap: usize,
+    header_read_timeout: Duration,
+    local: SocketAddr,
+    resumes: Arc<Semaphore>,
+}
+
+/// One connection, holding its place under the cap (`permit`) until it closes: served by
+/// hyper, then, if a long poll it carried was handed over to wait, by that request alone.
+async fn connection<E: Endpoint + 'static>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared<E>>,
+    stopping: CancellationToken,
+    permit: OwnedSemaphorePermit,
+) {
+    let slot = Arc::new(DetachSlot::default());
+    let socket = Arc::new(std::sync::Mutex::new(Some(RefusalsInShape::new(stream, shared.head_cap))));
+    // Boxed, so that hyper's connection (and this future's room for it) is freed before
+    // a handed-over request waits.
+    let handed = Box::pin(through_hyper(SharedIo(socket.clone()), peer, &shared, &slot, &stopping)).await;
+    let taken = socket.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let (Some(handed), Some(socket)) = (handed, taken) {
+        let (endpoint, resumes) = (shared.endpoint.clone(), shared.resumes.clone());
+        Box::pin(detach::answer_when_worth_it(handed, socket, endpoint, slot, resumes)).await;
+    }
+    drop(permit);
+}
+
+/// Serves the connection with hyper until it ends, expires, the server stops, or a long
+/// poll is handed over through `slot` (returned).
+async fn through_hyper<E: Endpoint + 'static>(
+    io: SharedIo<RefusalsInShape<TcpStream>>,
+    peer: SocketAddr,
+    shared: &Shared<E>,
+    slot: &Arc<DetachSlot>,
+    stopping: &CancellationToken,
+) -> Option<Box<detach::Detached>> {
+    let activity = Activity::new();
+    let answering = activity.clone();
+    let (endpoint, local, offered) = (shared.endpoint.clone(), shared.local, slot.clone());
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let endpoint = endpoint.clone();
+        let in_flight = answering.begin();
+        // Only a long poll over HTTP/1.1 can let go of its connection.
+        let slot =
+            (request.version() < hyper::Version::HTTP_2 && long_poll::may_wait(request.uri())).then(|| offered.clone());
+        async move {
+            let mut request = poem::Request::from((
+                request,
+                LocalAddr(Addr::SocketAddr(local)),
+                RemoteAddr(Addr::SocketAddr(peer)),
+                poem::http::uri::Scheme::HTTP,
+            ));
+            if let Some(slot) = slot {
+                request.set_data(slot);
+            }
+            // Boxed: hyper allocates room for this future with each connection, idle ones
+            // included, and holds it for as long as a long poll waits.
+            let response: hyper::Response<BoxBody<Bytes, std::io::Error>> =
+                Box::pin(endpoint.get_response(request)).await.into();
+            // The request stays in flight until its body has been handed over.
+            Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+        }
+    });
+    let connection = shared.protocols.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    loop {
+        let deadline = activity.deadline(shared.header_read_timeout);
+        let expired = async {
+            match deadline {
+                Some((at, why)) => {
+                    tokio::time::sleep_until(at).await;
+                    why
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = connection.as_mut() => return None,
+            handed = slot.arrived() => return Some(handed),
+            () = activity.changed() => {}
+            why = expired => {
+                metrics::counter!(crate::metric_names::CONNECTIONS_EXPIRED, "reason" => why.label()).increment(1);
+                if why == Expired::Idle {
+                    // A GOAWAY for HTTP/2; HTTP/1 closes at once.
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await;
+                }
+                return None;
+            }
+            () = stopping.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.as_mut().await;
+                return None;
+            }
+        }
+    }
 }
 
 /// Bytes of head hyper buffers before it refuses a request.
