@@ -60,10 +60,10 @@ pub fn app(state: Arc<AppState>) -> impl Endpoint {
 }
 
 /// Connections the kernel may hold completed for the server before it accepts them; it
-/// caps this at `net.core.somaxconn` (4,096 by default since Linux 5.4). Tokio's default of
-/// 1,024 overflowed when 10,000 clients connected within a quarter of a second: the kernel
-/// then answered with SYN cookies, and about one connection in 300,000 was reset before
-/// the server saw it.
+/// caps this at `net.core.somaxconn` (4,096 by default since Linux 5.4). Tokio's default
+/// (mio's and std's) of 128 overflowed when 10,000 clients connected within a quarter of
+/// a second: the kernel then answered with SYN cookies, and about one connection in
+/// 300,000 was reset before the server saw it.
 const LISTEN_BACKLOG: u32 = 65_535;
 
 /// A bound, not yet running server (zero2prod's shape: build, inspect the port, run).
@@ -77,7 +77,9 @@ impl Application {
     /// Binds `listen` (port 0 picks a free port, as tests do).
     pub async fn build(listen: SocketAddr, state: AppState) -> std::io::Result<Self> {
         let socket = if listen.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-        // What tokio's own bind sets, so a restarted API takes its port back at once.
+        // What tokio's own bind sets, so a restarted API takes its port back at once (not on
+        // Windows, where it would let another process take the port).
+        #[cfg(not(windows))]
         socket.set_reuseaddr(true)?;
         socket.bind(listen)?;
         let listener = socket.listen(LISTEN_BACKLOG)?;

@@ -74,7 +74,7 @@ pub struct Detached {
 }
 
 /// Where the envelope leaves a parked request for its connection's task (one per
-/// HTTP/1.1 connection, in each of its requests' data).
+/// HTTP/1.x connection, in the data of its requests that may wait).
 #[derive(Default)]
 pub struct DetachSlot {
     detached: Mutex<Option<Box<Detached>>>,

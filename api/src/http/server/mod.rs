@@ -177,7 +177,7 @@ async fn through_hyper<E: Endpoint + 'static>(
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let endpoint = endpoint.clone();
         let in_flight = answering.begin();
-        // Only a long poll over HTTP/1.1 can let go of its connection.
+        // Only a long poll over HTTP/1.x can let go of its connection (HTTP/2 multiplexes).
         let slot =
             (request.version() < hyper::Version::HTTP_2 && long_poll::may_wait(request.uri())).then(|| offered.clone());
         async move {
