@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use rand::Rng;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -31,15 +30,17 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::attempt::{self, Announcement, Outcome};
+use super::attempt;
 use super::secret::{SealError, SigningSecret};
 use super::{Resource, WebhookSettings};
 use crate::feed::bound::FeedBound;
 use crate::keys::Peppers;
-use crate::metric_names::{WEBHOOK_ATTEMPTS, WEBHOOK_DELIVERY_SECONDS, WEBHOOK_ENDPOINTS_FAILING};
+use crate::metric_names::WEBHOOK_ENDPOINTS_FAILING;
 use crate::reads::change::{Change, Channel, Follower};
 use crate::reads::freshness::Trust;
 use lectern_read_model::CHANGE_TRANSACTION;
+
+mod outcome;
 
 /// The longest an endpoint goes unlooked at while the change listener is down.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -53,8 +54,6 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Looks again this soon when a notified change is not yet below the feed's bound (an
 /// older writer still runs), doubling up to [`SWEEP_EVERY`].
 const HELD_RECHECK: Duration = Duration::from_millis(20);
-/// The longest wait between two retries.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
 /// The deliverer's own connections.
 const CONNECTIONS: u32 = 4;
 /// How its sessions are named in `pg_stat_activity`.
@@ -409,103 +408,6 @@ impl Deliverer {
         }
         Ok(secrets)
     }
-
-    /// One attempt of a due delivery, and its outcome recorded (only while the lease is
-    /// this process's: a process that lost it leaves the outcome to the new holder).
-    async fn attempt(
-        &self,
-        endpoint_id: Uuid,
-        workspace_id: Uuid,
-        url: &str,
-        secrets: &[SigningSecret],
-        delivery: &Due,
-    ) -> Result<(), sqlx::Error> {
-        let Some(resource) = Resource::named(&delivery.resource) else { return Ok(()) };
-        let Some(client) = &self.client else { return Ok(()) };
-        let announcement = Announcement { id: &delivery.id, workspace_id, resource, since: delivery.created_at };
-        let outcome = attempt::send(client, self.settings.policy, url, &announcement, secrets).await;
-        let (status, error) = match &outcome {
-            Outcome::Delivered(status) => (Some(i32::from(*status)), None),
-            Outcome::Refused(status) => (Some(i32::from(*status)), Some(format!("answered {status}"))),
-            Outcome::Failed(error) => (None, Some(error.clone())),
-        };
-        if let Outcome::Delivered(_) = outcome {
-            let mut transaction = self.pool.begin().await?;
-            let delivered: Option<(i64, f64)> = sqlx::query_as(
-                "update webhook_deliveries d set state = 'delivered', delivered_at = now(), attempts = attempts + 1, \
-                        first_attempt_at = coalesce(first_attempt_at, now()), last_attempt_at = now(), \
-                        last_status = $2, last_error = null \
-                 from webhook_endpoints e \
-                 where d.id = $1 and d.state = 'pending' and e.id = d.endpoint_id and e.lease_owner = $3 \
-                 returning d.through, extract(epoch from now() - d.created_at)::float8",
-            )
-            .bind(&delivery.id)
-            .bind(status)
-            .bind(self.owner)
-            .fetch_optional(&mut *transaction)
-            .await?;
-            if let Some((through, seconds)) = delivered {
-                sqlx::query(
-                    "insert into webhook_announced (endpoint_id, resource, through) values ($1, $2, $3) \
-                     on conflict (endpoint_id, resource) \
-                     do update set through = greatest(webhook_announced.through, excluded.through)",
-                )
-                .bind(endpoint_id)
-                .bind(resource.as_str())
-                .bind(through)
-                .execute(&mut *transaction)
-                .await?;
-                metrics::histogram!(WEBHOOK_DELIVERY_SECONDS).record(seconds);
-            }
-            transaction.commit().await?;
-            metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "delivered").increment(1);
-            return Ok(());
-        }
-        let error = error.unwrap_or_default();
-        let attempts: Option<(i32, String)> = sqlx::query_as(
-            "update webhook_deliveries d set attempts = attempts + 1, last_attempt_at = now(), \
-                    first_attempt_at = coalesce(first_attempt_at, now()), last_status = $2, last_error = $3, \
-                    state = case when coalesce(first_attempt_at, now()) + make_interval(secs => $4) <= now() \
-                                 then 'failed' else 'pending' end \
-             from webhook_endpoints e \
-             where d.id = $1 and d.state = 'pending' and e.id = d.endpoint_id and e.lease_owner = $5 \
-             returning d.attempts, d.state",
-        )
-        .bind(&delivery.id)
-        .bind(status)
-        .bind(&error)
-        .bind(self.settings.retry_for.as_secs_f64())
-        .bind(self.owner)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some((attempts, state)) = attempts else { return Ok(()) };
-        if state == "failed" {
-            metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "gave_up").increment(1);
-            let reason = format!(
-                "deliveries failed for {} s after the first attempt (last: {error})",
-                self.settings.retry_for.as_secs()
-            );
-            tracing::warn!(%endpoint_id, %workspace_id, %reason, "webhook endpoint disabled");
-            sqlx::query(
-                "update webhook_endpoints set enabled = false, disabled_by = 'failures', disabled_reason = $2 \
-                 where id = $1",
-            )
-            .bind(endpoint_id)
-            .bind(&reason)
-            .execute(&self.pool)
-            .await?;
-            return Ok(());
-        }
-        metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "failed").increment(1);
-        let delay = retry_delay(self.settings.first_retry, attempts);
-        tracing::info!(%endpoint_id, delivery = %delivery.id, attempts, %error, retry_in_ms = delay.as_millis() as u64, "webhook delivery failed; retrying");
-        sqlx::query("update webhook_deliveries set next_attempt_at = now() + make_interval(secs => $2) where id = $1")
-            .bind(&delivery.id)
-            .bind(delay.as_secs_f64())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
 }
 
 /// What a look found.
@@ -516,15 +418,6 @@ struct Look {
     behind_notified: bool,
     /// The endpoint is no longer enabled and held by this process.
     gone: bool,
-}
-
-/// After `attempts` failed attempts: `first` doubled for each, at most an hour, and
-/// "equal jitter" (between half and all of it) so that endpoints that failed together do
-/// not retry together.
-pub fn retry_delay(first: Duration, attempts: i32) -> Duration {
-    let doublings = u32::try_from(attempts.saturating_sub(1)).unwrap_or(0).min(20);
-    let full = first.saturating_mul(1 << doublings).min(MAX_RETRY_DELAY);
-    full / 2 + full.mul_f64(rand::thread_rng().gen_range(0.0..0.5))
 }
 
 /// A new `webhook-id`.
@@ -562,25 +455,5 @@ impl Follower for Deliverer {
 
     fn trust(&self) -> &Trust {
         &self.trust
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retries_wait_twice_as_long_each_time_with_jitter_up_to_an_hour() {
-        let first = Duration::from_secs(5);
-        for (attempts, full) in [(1, 5), (2, 10), (3, 20), (10, 2_560), (30, 3_600)] {
-            for _ in 0..50 {
-                let delay = retry_delay(first, attempts);
-                let full = Duration::from_secs(full);
-                assert!(
-                    delay >= full / 2 && delay <= full,
-                    "attempt {attempts}: {delay:?} outside {full:?}/2..{full:?}"
-                );
-            }
-        }
     }
 }
