@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{describe, run, wait_for, Error, PrivatePostgres, Result, REPLICATION_SETTINGS};
+use super::replication::REPLICATION_SETTINGS;
+use super::{describe, run, wait_for, Error, PrivatePostgres, Result};
 
 impl PrivatePostgres {
     /// A primary, as [`PrivatePostgres::start_primary`], that archives every finished WAL
