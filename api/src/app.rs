@@ -19,6 +19,7 @@ use crate::listing::Listing;
 use crate::rate_limit::{Policy, RateLimits};
 use crate::reads::change::Follower;
 use crate::reads::connections::ReadConnections;
+use crate::reads::history::ServerHistory;
 use crate::reads::notifications::{self, ListenerHealth};
 use crate::reads::replicas::{Reads, ReplicaTarget};
 use crate::reads::PoolSettings;
@@ -37,6 +38,9 @@ pub struct AppState {
     pub rate_limits: RateLimits,
     /// Whether the change listener that keeps every cache fresh is up.
     pub change_listener: Arc<ListenerHealth>,
+    /// Which history of the database the process talks to; every follower is told when it
+    /// changes under the same address.
+    pub history: Arc<ServerHistory>,
     pub listing: Listing,
     pub feeds: Feeds,
     pub retrieves: Retrieves,
@@ -81,7 +85,8 @@ impl AppState {
     /// listing connections connect on first use, so the API starts while PostgreSQL is
     /// down). The listing connections go to `pool`'s server, as its options say.
     pub fn new(pool: PgPool, settings: AppSettings) -> Self {
-        let primary = ReadConnections::new((*pool.connect_options()).clone(), &settings.reads);
+        let history = Arc::new(ServerHistory::default());
+        let primary = ReadConnections::new((*pool.connect_options()).clone(), &settings.reads).seeing(history.clone());
         let replicas = settings
             .replicas
             .into_iter()
@@ -95,9 +100,10 @@ impl AppState {
         let shutdown = CancellationToken::new();
         let signing = SigningSecrets::new(settings.cursor_secret, settings.previous_cursor_secrets);
         let tokens = SyncTokens::new(signing.clone());
-        let feeds = Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), shutdown.clone());
+        let feeds =
+            Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), history.clone(), shutdown.clone());
         let webhooks = Arc::new(Deliverer::new(&pool, webhook_peppers, settings.webhooks, feeds.bound.clone()));
-        Self {
+        let state = Self {
             listing: Listing::new(reads.clone(), CursorSigner::new(signing, settings.cursor_lifetime), settings.walks),
             feeds,
             webhooks,
@@ -108,7 +114,10 @@ impl AppState {
             shutdown,
             reads,
             pool,
-        }
+            history,
+        };
+        state.history.tell(&state.followers());
+        state
     }
 
     /// Everything the change listener keeps fresh. The replicas' fences first: a page
@@ -138,7 +147,12 @@ impl AppState {
             }
         };
         BackgroundTasks(vec![
-            tokio::spawn(notifications::follow(self.pool.clone(), self.followers(), self.change_listener.clone())),
+            tokio::spawn(notifications::follow(
+                self.pool.clone(),
+                self.followers(),
+                self.change_listener.clone(),
+                self.history.clone(),
+            )),
             tokio::spawn(self.feeds.bound.clone().keep(self.pool.clone())),
             tokio::spawn(self.reads.clone().watch()),
             tokio::spawn(self.authenticator.clone().flush_periodically()),

@@ -19,6 +19,9 @@ pub const FEED_READ_AHEAD: &str = "lectern_api_feed_read_ahead_pages_total";
 /// joined; `joined`: served a read another request started; `stale`: joined, but a change
 /// was announced after the read began, so read again).
 pub const FEED_SHARED_READS: &str = "lectern_api_feed_shared_reads_total";
+/// Times the database behind the address turned out to be another history than before (a
+/// failover, the old primary back, a restore) and what was learnt of the other was dropped.
+pub const HISTORY_CHANGES: &str = "lectern_api_database_history_changes_total";
 pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
 pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
 pub const FIRST_PAGE_CACHE: &str = "lectern_first_page_cache_lookups_total";

@@ -112,7 +112,8 @@ pub async fn measure(setup: &Setup, plan: &Plan, database: &Database, report: &m
     let latest = poll(&client, &api.base, &key, "since=latest").await?;
     let tokens = SyncTokens::new(SigningSecrets::only(SecretString::from(CURSOR_SECRET.to_owned())));
     let scope = FeedScope { resource: Contacts::NAME, workspace_id: big };
-    let position = tokens.open(&latest.sync_token, scope).map_err(|error| format!("the latest token {error}"))?;
+    let position =
+        tokens.open(&latest.sync_token, scope).map_err(|error| format!("the latest token {error}"))?.position;
     let scenario = empty_poll(&key, &latest.sync_token, big, position)?;
     let empty = api_side::measure_scenario(setup, &mut api, database, &scenario).await?;
     let empty_ratio = empty.http.per_second / empty.tps;

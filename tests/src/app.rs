@@ -240,6 +240,9 @@ impl TestApp {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let Some(state) = &self.state else { return };
+        // The app's own bound too: `since=latest` takes it as it is while every commit the
+        // app heard of is below it.
+        state.feeds.bound.sampled_since(&state.pool, std::time::Instant::now()).await.expect("sample the app's bound");
         for (resource, workspace_id, newest) in heads {
             let resource = if resource == "contacts" { "contacts" } else { "items" };
             // An unknown head sends the next poll to the database, which has everything.

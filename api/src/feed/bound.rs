@@ -14,6 +14,12 @@
 //!
 //! While the change listener is down, commits go unannounced: the bound is then sampled
 //! for every page that asks, and every [`UNANNOUNCED_EVERY`] while requests wait on it.
+//!
+//! A bound belongs to the history of the database it was sampled in (`reads::history`),
+//! and bounds of one history only grow. A sample from another history (the database changed
+//! under the same address) replaces everything known of the one before rather than being
+//! compared with it: the old primary coming back has lower positions than the standby it
+//! replaced.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -26,6 +32,7 @@ use tokio::sync::{watch, Notify};
 use crate::metric_names::FEED_BOUND_SAMPLES;
 use crate::reads::change::{Change, Channel, Follower};
 use crate::reads::freshness::Trust;
+use crate::reads::history::{HistoryId, ServerHistory};
 use crate::reads::replicas::WalPosition;
 
 /// The fewest milliseconds between two samples: at most this many a second, whatever
@@ -43,6 +50,11 @@ const RECORD_EVERY: Duration = Duration::from_secs(1);
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request waits for the sampler before it samples the bound itself.
 const FRESH_WITHIN: Duration = Duration::from_secs(1);
+/// How old a sample `since=latest` takes while commits are announced that the newest does
+/// not let through: at most this long before the request. Its token then repeats the
+/// changes committed meanwhile, which a client applies harmlessly, and read-only
+/// traffic causes at most a few samples a second, not one write per request.
+pub const LATEST_WITHIN: Duration = Duration::from_millis(250);
 /// Between failed samples.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
 
@@ -51,14 +63,15 @@ const RECENT: usize = 64;
 
 /// The statement of one sample: whether to record the bound, and this process's name for
 /// its flush row.
-const SAMPLE_SQL: &str = "select bound, wal_position from read_model_feed_bound($1, $2)";
+const SAMPLE_SQL: &str = "select bound, wal_position, history_id from read_model_feed_bound_in_history($1, $2)";
 
-/// One sample: the position every served row is below, and the WAL position a replica
-/// must have replayed to serve it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One sample: the position every served row is below, the WAL position a replica must
+/// have replayed to serve it, and the history both belong to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Bound {
     pub position: i64,
     pub wal: WalPosition,
+    pub history: HistoryId,
 }
 
 /// A bound, and when the sample that found it began.
@@ -81,12 +94,14 @@ pub struct FeedBound {
     /// This process's row of `read_model_flushes`, which each sample writes so that its
     /// commit waits for the WAL flush.
     process: String,
-    /// The last [`RECENT`] bounds, oldest first.
+    /// The last [`RECENT`] bounds of the current history, oldest first.
     recent: Mutex<VecDeque<Bound>>,
+    /// Told the history of every sample.
+    history: std::sync::Arc<ServerHistory>,
 }
 
-impl Default for FeedBound {
-    fn default() -> Self {
+impl FeedBound {
+    pub fn new(history: std::sync::Arc<ServerHistory>) -> Self {
         Self {
             current: watch::Sender::new(None),
             announced: AtomicI64::new(0),
@@ -95,14 +110,23 @@ impl Default for FeedBound {
             listening: Trust::default(),
             process: format!("lectern-api-{}", uuid::Uuid::new_v4().simple()),
             recent: Mutex::default(),
+            history,
         }
     }
-}
 
-impl FeedBound {
-    /// The newest bound sampled, if any; only ever grows.
+    /// The newest bound sampled, if any; only ever grows within a history.
     pub fn current(&self) -> Option<Bound> {
         self.current.borrow().map(|sample| sample.bound)
+    }
+
+    /// The bound of `since=latest`: the newest, when every commit announced is below it
+    /// and announcements are being heard; otherwise one sampled at most [`LATEST_WITHIN`]
+    /// before `began`, shared with every request that asks meanwhile.
+    pub async fn for_latest(&self, pool: &PgPool, began: Instant) -> Result<Bound, sqlx::Error> {
+        match self.current() {
+            Some(bound) if self.listening.get() && !self.held() => Ok(bound),
+            _ => self.sampled_since(pool, began.checked_sub(LATEST_WITHIN).unwrap_or(began)).await,
+        }
     }
 
     /// The bound to read a page with: the newest sampled, or, when there is none or commits
@@ -165,15 +189,21 @@ impl FeedBound {
     /// Samples the bound now and publishes it.
     async fn sample(&self, pool: &PgPool, record: bool) -> Result<Bound, sqlx::Error> {
         let began = Instant::now();
-        let query = sqlx::query_as::<_, (i64, i64)>(SAMPLE_SQL).bind(record).bind(&self.process).fetch_one(pool);
-        let (position, wal) = match tokio::time::timeout(SAMPLE_TIMEOUT, query).await {
+        let query = sqlx::query_as::<_, (i64, i64, i64)>(SAMPLE_SQL).bind(record).bind(&self.process).fetch_one(pool);
+        let (position, wal, history) = match tokio::time::timeout(SAMPLE_TIMEOUT, query).await {
             Ok(sampled) => sampled?,
             Err(_) => return Err(sqlx::Error::PoolTimedOut),
         };
         metrics::counter!(FEED_BOUND_SAMPLES).increment(1);
-        let sampled = Bound { position, wal };
+        // Another history than the last sample's: everything known of that one is dropped
+        // (`new_history`, below) before this sample is published.
+        self.history.saw(Some(history), "a sample of the feed's bound");
+        let sampled = Bound { position, wal, history };
         {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.back().is_some_and(|newest| newest.history != history) {
+                recent.clear();
+            }
             if recent.back().is_none_or(|newest| newest.position < position) {
                 if recent.len() == RECENT {
                     recent.pop_front();
@@ -184,7 +214,7 @@ impl FeedBound {
         // Always sent: a sample that finds the bound where it was still says it is fresh.
         self.current.send_modify(|current| {
             *current = Some(match *current {
-                Some(known) if known.bound.position >= sampled.position => {
+                Some(known) if known.bound.history == history && known.bound.position >= sampled.position => {
                     Sample { bound: known.bound, began: known.began.max(began) }
                 }
                 _ => Sample { bound: sampled, began },
@@ -287,6 +317,16 @@ impl Follower for FeedBound {
         // Commits may have gone unannounced: look once, whatever is known.
         self.look_once.store(true, Ordering::Release);
         self.wanted.notify_one();
+    }
+
+    /// Bounds and announcements of another history say nothing of this one: a bound kept
+    /// from the standby that served before would hold every feed back for good once the old
+    /// primary, with lower positions, is back.
+    fn new_history(&self) {
+        self.current.send_replace(None);
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.announced.store(0, Ordering::Release);
+        self.forget_everything();
     }
 
     fn trust(&self) -> &Trust {

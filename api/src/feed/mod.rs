@@ -18,6 +18,7 @@
 //! - [`token`]: signed sync tokens.
 //! - [`query`]: the feed's statements.
 //! - [`bound`]: the position below which every row is committed, durable and final.
+//! - [`lineage`]: the histories the database descends from; which tokens continue here.
 //! - [`heads`]: each feed's newest position, kept by notifications; waiting requests.
 //! - [`parking`]: a waiting request held outside its stack.
 //! - [`read_ahead`]: the page after a full one, read before its client asks.
@@ -25,6 +26,7 @@
 
 pub mod bound;
 pub mod heads;
+pub mod lineage;
 pub mod params;
 pub mod parking;
 pub mod position;
@@ -47,17 +49,19 @@ use tokio_util::sync::CancellationToken;
 use crate::error::ApiError;
 use crate::keys::{Authenticator, Principal};
 use crate::metric_names::FEED_EMPTY_POLLS as EMPTY_POLLS;
+use crate::reads::history::{HistoryId, ServerHistory};
 use crate::reads::replicas::{Reads, WalPosition};
 use crate::resources::Resource;
 use bound::{Bound, FeedBound};
 use heads::{FeedHeads, FeedKey, Waiting};
+use lineage::Lineage;
 use params::{FeedLimit, Since, WaitSeconds};
 use parking::{Parked, Parking, Resume};
 use position::FeedPosition;
 use query::{fetch_changes, ChangedRow};
 use read_ahead::{PageKey, ReadAhead, ReadPage};
 use shared_reads::{ReadKey, SharedRead, SharedReads};
-use token::{FeedScope, SyncTokens};
+use token::{FeedScope, Standing, SyncTokens, TokenError};
 
 /// The validated query of a feed operation.
 #[derive(Debug)]
@@ -71,6 +75,9 @@ pub struct ChangesParams {
 const CHANGE_BYTES: usize = 448;
 /// Room for the body around `data`: the token, the request id.
 const ENVELOPE_BYTES: usize = 256;
+/// Looks at a feed that found the database in another history than the bound they read
+/// below, before the request is answered 503.
+const LOOKS_ACROSS_HISTORIES: usize = 3;
 
 /// What feeds need, shared by every request of a process.
 pub struct Feeds {
@@ -87,6 +94,10 @@ pub struct Feeds {
     pub read_ahead: ReadAhead,
     /// Reads joined by every request looking at the same page meanwhile.
     pub shared_reads: SharedReads,
+    /// Which history of the database the process talks to now.
+    history: Arc<ServerHistory>,
+    /// The histories the database descends from: whose tokens continue here.
+    lineage: Lineage,
     /// A waiting request checks its key again whenever a key changes.
     authenticator: Arc<Authenticator>,
     /// Cancelled when the server begins to shut down: waiting requests answer at once.
@@ -99,6 +110,7 @@ impl Feeds {
         reads: Arc<Reads>,
         tokens: SyncTokens,
         authenticator: Arc<Authenticator>,
+        history: Arc<ServerHistory>,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
@@ -106,9 +118,11 @@ impl Feeds {
             reads,
             tokens,
             heads: Arc::default(),
-            bound: Arc::default(),
+            bound: Arc::new(FeedBound::new(history.clone())),
             read_ahead: ReadAhead::default(),
             shared_reads: SharedReads::default(),
+            history,
+            lineage: Lineage::default(),
             authenticator,
             shutdown,
         }
@@ -139,28 +153,35 @@ impl Feeds {
         let scope = FeedScope { resource: R::NAME, workspace_id };
         let feed = Feed::<R> { state: self, scope, request_id, resource: PhantomData };
         let mut waiting: Option<Waiting> = None;
-        // `seen`: the WAL position the client's last page was read at; no later page is read
-        // anywhere that has not replayed it.
+        // `since` stands in `history`; `seen`: the WAL position the client's last page was read
+        // at, so that no later page is read anywhere that has not replayed it.
+        // Set by every look, the first included: what it read was that history's.
+        let mut history: Option<HistoryId>;
         let (mut since, mut seen, deadline) = match parking.and_then(Parking::take_resume) {
             Some(resume) => {
+                // The key was moved to another workspace while the request waited: where it
+                // stood belongs to the other workspace's feed.
+                if resume.scope != scope {
+                    return Err(ApiError::SinceRefused(TokenError::Mismatch));
+                }
                 waiting = Some(resume.waiting);
                 if resume.out_of_time {
                     Box::pin(self.authenticator.still_valid(caller)).await?;
-                    return feed.body(write_data::<R>(&[])?, false, resume.since, resume.seen);
+                    return feed.body(write_data::<R>(&[])?, false, resume.standing);
                 }
-                (resume.since, resume.seen, resume.deadline)
+                let (since, seen) = Box::pin(feed.admit(resume.standing)).await?;
+                (since, seen, resume.deadline)
             }
             None => {
-                let (since, seen) = match &params.since {
-                    None => (FeedPosition::START, 0),
+                let standing = match &params.since {
+                    None => Standing { position: FeedPosition::START, history: None, read_at: 0 },
                     Some(Since::Latest) => {
-                        let (latest, read_at) = Box::pin(feed.latest(began)).await?;
-                        return feed.body(write_data::<R>(&[])?, false, latest, read_at);
+                        let latest = Box::pin(feed.latest(began)).await?;
+                        return feed.body(write_data::<R>(&[])?, false, latest);
                     }
-                    Some(Since::Token(token)) => {
-                        self.tokens.open_read_at(token, feed.scope).map_err(ApiError::SinceRefused)?
-                    }
+                    Some(Since::Token(token)) => self.tokens.open(token, feed.scope).map_err(ApiError::SinceRefused)?,
                 };
+                let (since, seen) = Box::pin(feed.admit(standing)).await?;
                 (since, seen, Instant::now() + params.wait.duration())
             }
         };
@@ -175,9 +196,10 @@ impl Feeds {
             let mut bound = self.bound.watch();
             let not_yet_served = match Box::pin(feed.look(since, seen, params.limit.get(), began)).await? {
                 Look::Page(page) => return Ok(page),
-                Look::Nothing { caught_up, not_yet_served, read_at } => {
+                Look::Nothing { caught_up, not_yet_served, read_at, history: read_in } => {
                     since = caught_up;
                     seen = read_at;
+                    history = Some(read_in);
                     not_yet_served
                 }
             };
@@ -193,7 +215,13 @@ impl Feeds {
             };
             if let Some(parking) = parking {
                 parking.park(Parked {
-                    resume: Resume { since, seen, deadline, waiting: counted, out_of_time: false },
+                    resume: Resume {
+                        standing: Standing { position: since, history, read_at: seen },
+                        scope,
+                        deadline,
+                        waiting: counted,
+                        out_of_time: false,
+                    },
                     head: watch,
                     bound,
                     keys,
@@ -213,11 +241,13 @@ impl Feeds {
                 () = bound.moved(), if not_yet_served => {}
                 () = keys.changed() => {}
             }
+            // The history may have changed while it waited: where it stands is looked at again.
+            (since, seen) = Box::pin(feed.admit(Standing { position: since, history, read_at: seen })).await?;
         }
         if waiting.is_some() {
             Box::pin(self.authenticator.still_valid(caller)).await?;
         }
-        feed.body(write_data::<R>(&[])?, false, since, seen)
+        feed.body(write_data::<R>(&[])?, false, Standing { position: since, history, read_at: seen })
     }
 }
 
@@ -225,10 +255,10 @@ impl Feeds {
 enum Look {
     /// A page of changes, its body written.
     Page(Vec<u8>),
-    /// No change after the position asked for; the feed is read up to `caught_up`.
-    /// `not_yet_served`: changes are committed that the bound does not let through yet.
-    /// `read_at`: the WAL position the look saw (the client's own when from memory).
-    Nothing { caught_up: FeedPosition, not_yet_served: bool, read_at: WalPosition },
+    /// No change after the position asked for; the feed is read up to `caught_up`, in
+    /// `history`. `not_yet_served`: changes are committed that the bound does not let through
+    /// yet. `read_at`: the WAL position the look saw (the client's own when from memory).
+    Nothing { caught_up: FeedPosition, not_yet_served: bool, read_at: WalPosition, history: HistoryId },
 }
 
 /// `{"data":[…]` with an entry per change: the part of a page's body that depends only
@@ -267,19 +297,63 @@ impl<R: Resource> Feed<'_, R> {
         (self.scope.resource, self.scope.workspace_id)
     }
 
-    /// The position of `since=latest`: after every change committed before the request
-    /// `began` that no older writer of the read model holds back (a bound sampled since),
-    /// and the WAL position a replica must have replayed to serve from it.
-    async fn latest(&self, began: std::time::Instant) -> Result<(FeedPosition, WalPosition), ApiError> {
-        let bound = self.state.bound.sampled_since(&self.state.pool, began).await?;
-        Ok((FeedPosition::below(bound.position), bound.wal))
+    /// Where `since=latest` stands: after every change committed before the request
+    /// `began` that no older writer of the read model holds back, or, while commits are
+    /// announced past the newest bound, before a moment at most
+    /// [`bound::LATEST_WITHIN`] earlier (a bound sampled then, shared by every such request);
+    /// with the WAL position a replica must have replayed to serve from it.
+    async fn latest(&self, began: std::time::Instant) -> Result<Standing, ApiError> {
+        let bound = self.state.bound.for_latest(&self.state.pool, began).await?;
+        Ok(Standing { position: FeedPosition::below(bound.position), history: Some(bound.history), read_at: bound.wal })
     }
 
-    /// The page of up to `limit` changes after `since`, or how far there is nothing: from
-    /// memory when the feed's newest transaction is known to be at or before `since`.
-    /// A page that reaches the bound reflects every commit made and announced before the
-    /// request `began` that no older writer of the read model still holds back: when such a
-    /// change is past its bound, it is read again below one sampled since.
+    /// Where to start from `standing`: refused with `startOver` unless its history is the
+    /// one the database is in now or one it descends from ([`lineage`]). A position of an
+    /// earlier history is kept, its WAL position is not (it is another history's WAL).
+    /// Tokens of the formats before histories carry none and are taken as they always were.
+    async fn admit(&self, standing: Standing) -> Result<(FeedPosition, WalPosition), ApiError> {
+        let Some(history) = standing.history else { return Ok((standing.position, standing.read_at)) };
+        let state = self.state;
+        let mut current = match state.bound.current() {
+            Some(bound) => bound.history,
+            None => state.bound.for_reading(&state.pool).await?.history,
+        };
+        if current == history {
+            return Ok((standing.position, standing.read_at));
+        }
+        // Asked in the history this process saw last; then, when the database is no longer in
+        // it or it does not descend from the token's (this process may be the one behind), in
+        // the history a fresh sample finds.
+        let mut sampled = false;
+        for _ in 0..LOOKS_ACROSS_HISTORIES {
+            match state.lineage.descends(&state.pool, current, history).await? {
+                Some(true) => return Ok((standing.position, 0)),
+                Some(false) if sampled => {
+                    tracing::warn!(
+                        resource = R::NAME,
+                        workspace_id = %self.scope.workspace_id,
+                        token_history = history,
+                        history = current,
+                        "a sync token of a history this database does not descend from (a sibling failover, \
+                         another restore of the same backup, or the primary this one replaced); the client is told \
+                         to start over"
+                    );
+                    return Err(ApiError::SinceRefused(TokenError::FromAnotherHistory));
+                }
+                Some(false) | None => {}
+            }
+            current = state.bound.sampled_since(&state.pool, std::time::Instant::now()).await?.history;
+            sampled = true;
+            if current == history {
+                return Ok((standing.position, standing.read_at));
+            }
+        }
+        Err(history_keeps_changing())
+    }
+
+    /// The page of up to `limit` changes after `since`, or how far there is nothing (see
+    /// [`Feed::look_once`]); looked at again when the database turned out to be in another
+    /// history than the bound it was read below.
     async fn look(
         &self,
         since: FeedPosition,
@@ -287,14 +361,43 @@ impl<R: Resource> Feed<'_, R> {
         limit: usize,
         began: std::time::Instant,
     ) -> Result<Look, ApiError> {
+        for _ in 0..LOOKS_ACROSS_HISTORIES {
+            if let Some(look) = self.look_once(since, seen, limit, began).await? {
+                return Ok(look);
+            }
+        }
+        Err(history_keeps_changing())
+    }
+
+    /// The page of up to `limit` changes after `since`, or how far there is nothing: from
+    /// memory when the feed's newest transaction is known to be at or before `since`.
+    /// A page that reaches the bound reflects every commit made and announced before the
+    /// request `began` that no older writer of the read model still holds back: when such a
+    /// change is past its bound, it is read again below one sampled since. `None` when the
+    /// rows read may come from another history than the bound's (the database changed under
+    /// the same address meanwhile): the process has dropped that bound by then.
+    async fn look_once(
+        &self,
+        since: FeedPosition,
+        seen: WalPosition,
+        limit: usize,
+        began: std::time::Instant,
+    ) -> Result<Option<Look>, ApiError> {
         let heads = &self.state.heads;
         let known = heads.known(self.key());
         // A token at or past every bound this process has seen is looked up in the
         // database, which alone can tell whether it is from a history the database lost.
-        let within_bound = self.state.bound.current().is_some_and(|bound| since.transaction < bound.position);
-        if within_bound && known.is_some_and(|newest| FeedPosition::after_transaction(newest) <= since) {
-            metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
-            return Ok(Look::Nothing { caught_up: since, not_yet_served: false, read_at: seen });
+        let current = self.state.bound.current().filter(|bound| since.transaction < bound.position);
+        if let (Some(bound), Some(newest)) = (current, known) {
+            if FeedPosition::after_transaction(newest) <= since {
+                metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
+                return Ok(Some(Look::Nothing {
+                    caught_up: since,
+                    not_yet_served: false,
+                    read_at: seen,
+                    history: bound.history,
+                }));
+            }
         }
         // One row more than the page tells whether more are ready.
         let rows = i64::try_from(limit + 1).unwrap_or(i64::from(FeedLimit::MAX) + 1);
@@ -322,9 +425,14 @@ impl<R: Resource> Feed<'_, R> {
         let newest = changes.newest.or(known).unwrap_or(i64::MAX);
         if changes.rows.len() <= limit && newest >= changes.bound {
             let fresh = self.state.bound.sampled_since(&self.state.pool, began).await?;
-            if fresh.position > changes.bound {
+            if fresh.position > changes.bound || fresh.history != changes.history {
                 (ticket, changes, written) = read(fresh).await?;
             }
+        }
+        // Read on a connection to another server than the bound was sampled on: its rows are
+        // not that history's, and nothing they say is learnt.
+        if !self.state.history.is(changes.history) {
+            return Ok(None);
         }
         if let Some(newest) = changes.newest {
             heads.learn(self.key(), ticket, newest);
@@ -342,23 +450,26 @@ impl<R: Resource> Feed<'_, R> {
             }
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "database").increment(1);
             let caught_up = read_to(since);
-            return Ok(Look::Nothing {
+            return Ok(Some(Look::Nothing {
                 caught_up,
                 not_yet_served: changes
                     .newest
                     .is_some_and(|newest| FeedPosition::after_transaction(newest) > caught_up),
                 read_at: changes.read_at,
-            });
+                history: changes.history,
+            }));
         };
         let position = if has_more { last.position } else { read_to(last.position) };
         if has_more {
-            self.read_ahead(PageKey { after: position, ..key }, changes.read_at, changes.bound);
+            let below = Bound { position: changes.bound, wal: changes.read_at, history: changes.history };
+            self.read_ahead(PageKey { after: position, ..key }, below);
         }
         let data = match written {
             Some(data) => data,
             None => write_data::<R>(page)?,
         };
-        self.body(data, has_more, position, changes.read_at).map(Look::Page)
+        let standing = Standing { position, history: Some(changes.history), read_at: changes.read_at };
+        self.body(data, has_more, standing).map(Look::Page).map(Some)
     }
 
     /// The read `key` below `bound`, shared with every request that looks at the same
@@ -378,10 +489,10 @@ impl<R: Resource> Feed<'_, R> {
 
     /// Refuses `since` when it is at or past the primary's bound sampled after the request
     /// `began`. Every token is below a bound some process sampled, and bounds sampled later
-    /// are never lower, so such a token comes from a history the database no longer has: it
-    /// went back to an earlier point without starting a new history (a copy of its data
-    /// directory started as it was). Answering it with empty pages would leave the client
-    /// waiting for positions the database will hand out again to other changes.
+    /// in one history are never lower, so such a token comes from a time the database no
+    /// longer has: it went back to an earlier point without starting a new history (a copy
+    /// of its data directory started as it was). Answering it with empty pages would leave
+    /// the client waiting for positions the database will hand out again to other changes.
     async fn refuse_if_ahead_of_database(
         &self,
         since: FeedPosition,
@@ -413,18 +524,25 @@ impl<R: Resource> Feed<'_, R> {
             return bound;
         }
         match self.state.bound.replayed_by(replayed) {
-            Some(older) if FeedPosition::below(older.position) > since => older,
+            Some(older) if older.history == bound.history && FeedPosition::below(older.position) > since => older,
             _ => bound,
         }
     }
 
     /// Starts reading the page `key`, and writing its entries, for the client that will
-    /// ask for it next: both then happen while this page is sent and read.
-    fn read_ahead(&self, key: PageKey, seen: WalPosition, below: i64) {
+    /// ask for it next: both then happen while this page is sent and read. `below`: the
+    /// bound this page was read below, at the WAL position it was read at.
+    fn read_ahead(&self, key: PageKey, below: Bound) {
         let reads = self.state.reads.clone();
-        // The bound this page was read below, or a newer one: either serves the page after.
-        let bound = Bound { position: below, wal: seen };
-        let bound = self.state.bound.current().filter(|known| known.position > below).unwrap_or(bound);
+        let seen = below.wal;
+        // The bound this page was read below, or a newer one of its history: either serves
+        // the page after.
+        let bound = self
+            .state
+            .bound
+            .current()
+            .filter(|known| known.history == below.history && known.position > below.position)
+            .unwrap_or(below);
         let read = async move {
             let (workspace_id, after, rows) = (key.feed.1, key.after, key.rows);
             // This page's read found the head known, or learnt it.
@@ -440,21 +558,23 @@ impl<R: Resource> Feed<'_, R> {
     }
 
     /// `data` (as [`write_data`] writes it), then `,"hasMore":…,"syncToken":…,"requestId":…}`
-    /// with the token at `position`.
-    fn body(
-        &self,
-        mut body: Vec<u8>,
-        has_more: bool,
-        position: FeedPosition,
-        read_at: WalPosition,
-    ) -> Result<Vec<u8>, ApiError> {
+    /// with the token of `standing`.
+    fn body(&self, mut body: Vec<u8>, has_more: bool, standing: Standing) -> Result<Vec<u8>, ApiError> {
         body.extend_from_slice(b",\"hasMore\":");
         body.extend_from_slice(if has_more { b"true" } else { b"false" });
         body.extend_from_slice(b",\"syncToken\":");
-        write_str(&mut body, &self.state.tokens.issue_read_at(self.scope, position, read_at));
+        write_str(&mut body, &self.state.tokens.issue(self.scope, standing));
         body.extend_from_slice(b",\"requestId\":");
         write_str(&mut body, self.request_id);
         body.push(b'}');
         Ok(body)
     }
+}
+
+/// The answer when the database changed history under a request each time it looked: 503,
+/// to be tried again once it has settled.
+fn history_keeps_changing() -> ApiError {
+    ApiError::from(sqlx::Error::Io(std::io::Error::other(
+        "the database behind the address changed history while the feed was read",
+    )))
 }

@@ -17,9 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::bound::BoundWatch;
 use super::heads::{Waiting, Watch};
-use super::position::FeedPosition;
+use super::token::{FeedScope, Standing};
 use crate::keys::KeyChanges;
-use crate::reads::replicas::WalPosition;
 
 /// Offered to a feed operation by the envelope; holds what passes between its passes.
 #[derive(Clone, Default)]
@@ -65,8 +64,11 @@ impl Parking {
 
 /// Where a waiting request stands between two looks at its feed.
 pub struct Resume {
-    pub(super) since: FeedPosition,
-    pub(super) seen: WalPosition,
+    /// Where its feed stands: position, history, and the WAL position last read at.
+    pub(super) standing: Standing,
+    /// The feed it waits on: a key moved to another workspace meanwhile is refused, not
+    /// answered from the other workspace's feed at this one's position.
+    pub(super) scope: FeedScope,
     pub(super) deadline: Instant,
     /// Keeps the request counted among its workspace's waiting ones.
     pub(super) waiting: Waiting,

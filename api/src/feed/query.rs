@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::bound::Bound;
 use super::position::FeedPosition;
 use crate::reads::connections::{PlanMode, ReadError};
+use crate::reads::history::HistoryId;
 use crate::reads::replicas::{Reads, WalPosition, READ_POSITION};
 use crate::resources::Resource;
 use lectern_read_model::CHANGE_TRANSACTION;
@@ -26,6 +27,9 @@ pub struct Changes {
     pub rows: Vec<ChangedRow>,
     /// The bound the rows were read below: every row under it is final.
     pub bound: i64,
+    /// The history of the database the bound was sampled in; the rows are that history's
+    /// only if the process still sees it afterwards (`reads::history`).
+    pub history: HistoryId,
     /// The newest transaction that wrote a row of the feed and had committed by then,
     /// served or not yet (0: the feed has no row); `None` when it was not read (see
     /// [`fetch_changes`]).
@@ -88,7 +92,8 @@ pub async fn fetch_changes<R: Resource>(
     bound: Bound,
     head_known: bool,
 ) -> Result<Changes, ReadError> {
-    let reading = Reading { workspace_id, after, rows, seen: seen.max(bound.wal), bound: bound.position };
+    let reading =
+        Reading { workspace_id, after, rows, seen: seen.max(bound.wal), bound: bound.position, history: bound.history };
     if head_known {
         let changes = read_changes(reads, &page_sql::<R>(), &reading).await?;
         if !changes.rows.is_empty() {
@@ -108,11 +113,12 @@ struct Reading {
     rows: i64,
     seen: WalPosition,
     bound: i64,
+    history: HistoryId,
 }
 
 /// The rows `sql` (either statement) finds.
 async fn read_changes(reads: &Reads, sql: &str, reading: &Reading) -> Result<Changes, ReadError> {
-    let Reading { workspace_id, after, rows, seen, bound } = *reading;
+    let Reading { workspace_id, after, rows, seen, bound, history } = *reading;
     let read = reads
         .fetch_for(workspace_id, seen, |connections| {
             let query =
@@ -121,7 +127,7 @@ async fn read_changes(reads: &Reads, sql: &str, reading: &Reading) -> Result<Cha
         })
         .await?;
     let read_at = read.position.unwrap_or(seen).max(seen);
-    let mut changes = Changes { rows: Vec::with_capacity(read.rows.len()), bound: 0, newest: None, read_at };
+    let mut changes = Changes { rows: Vec::with_capacity(read.rows.len()), bound: 0, history, newest: None, read_at };
     for row in read.rows {
         // By position from the end, unchecked, as the records' own columns are read:
         // by name, the lookups per row cost a page about a tenth of its CPU.

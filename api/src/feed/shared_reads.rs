@@ -40,13 +40,13 @@ const SWEEP_ABOVE: usize = 1_024;
 pub struct ReadKey {
     pub page: PageKey,
     pub seen: WalPosition,
-    pub bound: (i64, WalPosition),
+    pub bound: Bound,
     pub head_known: bool,
 }
 
 impl ReadKey {
     pub fn new(page: PageKey, seen: WalPosition, bound: Bound, head_known: bool) -> Self {
-        Self { page, seen, bound: (bound.position, bound.wal), head_known }
+        Self { page, seen, bound, head_known }
     }
 }
 

@@ -94,6 +94,13 @@ pub trait Follower: Send + Sync {
     /// Whether its channel is being listened to, which the listener sets.
     fn trust(&self) -> &Trust;
 
+    /// The database behind the address is another history than before
+    /// ([`super::history`]): drops what was learnt of the other one. For a cache kept by
+    /// notifications that is everything it holds.
+    fn new_history(&self) {
+        self.forget_everything();
+    }
+
     /// Drops everything, and trusts what is learnt from now on only if `trusted`.
     fn reset(&self, trusted: bool) {
         self.forget_everything();

@@ -28,6 +28,7 @@ use sqlx::{ConnectOptions, Connection, PgConnection, Postgres};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
+use super::history::ServerHistory;
 use super::workspace_shares::{ShareExhausted, WorkspaceShare, WorkspaceShares};
 use super::PoolSettings;
 
@@ -98,6 +99,9 @@ struct Shared {
     /// Most recently used last: borrows take from the end, so a light load keeps
     /// reusing a few warm connections and the rest time out.
     idle: Mutex<Vec<Idle>>,
+    /// Told the history of the server each new connection reaches (the primary's set only):
+    /// behind a stable address the database can change between two connections.
+    history: Mutex<Option<Arc<ServerHistory>>>,
 }
 
 struct Idle {
@@ -128,12 +132,24 @@ impl ReadConnections {
                 acquire_timeout: settings.acquire_timeout,
                 drain_timeout: settings.statement_timeout + Duration::from_secs(5),
                 idle: Mutex::new(Vec::new()),
+                history: Mutex::new(None),
             }),
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(close_expired_idle(Arc::downgrade(&connections.shared)));
         }
         connections
+    }
+
+    /// Tells `history` which history each connection opened from now on reaches.
+    pub fn seeing(self, history: Arc<ServerHistory>) -> Self {
+        *self.shared.history.lock().unwrap_or_else(PoisonError::into_inner) = Some(history);
+        self
+    }
+
+    /// What new connections tell which history they reach, if anything.
+    pub fn history(&self) -> Option<Arc<ServerHistory>> {
+        self.shared.history.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Runs `query` of `workspace_id` to the end on a connection in `mode`, within the
@@ -197,8 +213,13 @@ impl ReadConnections {
                     PlanMode::PerExecution => &shared.per_execution,
                 };
                 let connecting = options.connect();
-                let connection =
+                let mut connection =
                     tokio::time::timeout_at(deadline, connecting).await.map_err(|_| sqlx::Error::PoolTimedOut)??;
+                let history = shared.history.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                if let Some(history) = history {
+                    let looked = history.look(&mut connection, "a new read connection");
+                    tokio::time::timeout_at(deadline, looked).await.map_err(|_| sqlx::Error::PoolTimedOut)??;
+                }
                 (connection, mode, Instant::now())
             }
         };

@@ -8,10 +8,12 @@
 //! - [`notifications`]: the one LISTEN connection, with its heartbeat.
 //! - [`change`]: what a notification says changed, parsed once; the followers' trait.
 //! - [`freshness`]: the one staleness guard every cache keeps its answers under.
+//! - [`history`]: which history of the database the process talks to; what a change drops.
 
 pub mod change;
 pub mod connections;
 pub mod freshness;
+pub mod history;
 pub mod notifications;
 pub mod replicas;
 pub mod workspace_shares;

@@ -19,6 +19,7 @@ use sqlx::PgPool;
 use tokio::sync::mpsc;
 
 use super::change::{Change, Follower};
+use super::history::ServerHistory;
 use crate::metric_names::{LISTENER_FAILURES, LISTENER_UP};
 
 /// How often the listener proves it is alive.
@@ -95,6 +96,8 @@ enum ListenerFailure {
     TimedOut(&'static str),
     #[error("a heartbeat did not come back within {HEARTBEAT_DEADLINE:?}")]
     HeartbeatMissed,
+    #[error("asking the server for its history")]
+    History(#[source] sqlx::Error),
 }
 
 impl ListenerFailure {
@@ -103,18 +106,23 @@ impl ListenerFailure {
         match self {
             Self::Connect(_) => "connect",
             Self::Receive(_) | Self::Closed => "disconnected",
-            Self::Heartbeat(_) | Self::TimedOut(_) => "heartbeat_unsent",
+            Self::Heartbeat(_) | Self::TimedOut(_) | Self::History(_) => "heartbeat_unsent",
             Self::HeartbeatMissed => "heartbeat_missed",
         }
     }
 }
 
 /// Follows every cache's channel until the process ends, reconnecting with backoff.
-pub async fn follow(pool: PgPool, caches: Vec<Arc<dyn Follower>>, health: Arc<ListenerHealth>) {
+pub async fn follow(
+    pool: PgPool,
+    caches: Vec<Arc<dyn Follower>>,
+    health: Arc<ListenerHealth>,
+    history: Arc<ServerHistory>,
+) {
     let mut backoff = Duration::from_millis(100);
     metrics::gauge!(LISTENER_UP).set(0.0);
     loop {
-        let (failure, proved) = listen_until_failed(&pool, &caches, &health).await;
+        let (failure, proved) = listen_until_failed(&pool, &caches, &health, &history).await;
         for cache in &caches {
             cache.reset(false);
         }
@@ -138,6 +146,7 @@ async fn listen_until_failed(
     pool: &PgPool,
     caches: &[Arc<dyn Follower>],
     health: &ListenerHealth,
+    history: &ServerHistory,
 ) -> (ListenerFailure, bool) {
     // Pools of one of their own: the listener holds its connection for good, and a
     // heartbeat must not queue behind a saturated request pool.
@@ -174,6 +183,11 @@ async fn listen_until_failed(
                         cache.changed(&change);
                     }
                 } else if heartbeat.came_back(notification.payload()) && !proved {
+                    // The history the listening connection's server is in, before anything is
+                    // trusted: what was learnt of another is dropped first.
+                    if let Err(failure) = look_at_history(&beating, history).await {
+                        return (failure, proved);
+                    }
                     // Anything cached before this point may have missed a notification.
                     for cache in caches {
                         cache.reset(true);
@@ -190,6 +204,20 @@ async fn listen_until_failed(
             }
         }
     }
+}
+
+/// Tells `history` which history the listener's server is in, through the heartbeat's
+/// connection (to the same server: a connection to another would not carry the heartbeat).
+async fn look_at_history(beating: &PgPool, history: &ServerHistory) -> Result<(), ListenerFailure> {
+    let look = async {
+        let mut connection = beating.acquire().await?;
+        history.look(&mut connection, "the change listener").await
+    };
+    tokio::time::timeout(HEARTBEAT_DEADLINE, look)
+        .await
+        .map_err(|_| ListenerFailure::TimedOut("asking the server for its history"))?
+        .map_err(ListenerFailure::History)?;
+    Ok(())
 }
 
 /// Notifications as they arrive, from a task that owns the listening connection

@@ -34,6 +34,7 @@ use uuid::Uuid;
 use super::change::{Change, Channel, Follower};
 use super::connections::{PlanMode, ReadConnections, ReadError};
 use super::freshness::Trust;
+use super::history::HistoryId;
 use crate::metric_names::{READS, REPLICA_IN_ROTATION, REPLICA_LAG};
 
 mod fences;
@@ -373,8 +374,9 @@ impl Reads {
             }
         }
         let mut replayed_by_all = WalPosition::MAX;
+        let history = self.primary.history().and_then(|history| history.current());
         for replica in &self.replicas {
-            let sampled = sample_replica(&replica.connections).await;
+            let sampled = sample_replica(&replica.connections, history).await;
             let mut status = replica.status();
             match sampled {
                 Ok(replayed) => {
@@ -413,9 +415,17 @@ impl Reads {
     }
 }
 
-/// The replayed position of a server that must be a replica.
-async fn sample_replica(connections: &ReadConnections) -> Result<WalPosition, String> {
-    let query = sqlx::query("select pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8");
+/// The replayed position of a server that must be a replica of the primary's history
+/// `history` (when the primary has one registered): a standby left on the old timeline by a
+/// failover, or following another primary, replays WAL whose positions say nothing of the
+/// primary's. It holds the primary's history once it has replayed its registration, which
+/// comes before anything a bound of that history lets through.
+async fn sample_replica(connections: &ReadConnections, history: Option<HistoryId>) -> Result<WalPosition, String> {
+    let query = sqlx::query(
+        "select pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8, \
+                $1::int8 is null or exists (select from read_model_histories where history_id = $1)",
+    )
+    .bind(history);
     let rows = tokio::time::timeout(SAMPLE_TIMEOUT, connections.fetch_all(PlanMode::Generic, query))
         .await
         .map_err(|_| format!("no answer within {SAMPLE_TIMEOUT:?}"))?
@@ -423,7 +433,11 @@ async fn sample_replica(connections: &ReadConnections) -> Result<WalPosition, St
     let row = rows.first().ok_or("its sample returned no row")?;
     let in_recovery: bool = row.try_get(0).map_err(|error| error.to_string())?;
     let replayed: Option<i64> = row.try_get(1).map_err(|error| error.to_string())?;
+    let same_history: bool = row.try_get(2).map_err(|error| error.to_string())?;
     match (in_recovery, replayed) {
+        (true, Some(_)) if !same_history => Err("replays another history of the database than the primary's (a \
+                                                 standby left behind by a failover, or following another primary)"
+            .to_owned()),
         (true, Some(replayed)) => Ok(replayed),
         _ => Err("is not a streaming replica (not in recovery)".to_owned()),
     }
@@ -453,6 +467,20 @@ impl Follower for Reads {
             // waits for the primary's position read after the listener is back.
             self.fence(None);
         }
+    }
+
+    /// WAL positions of another history say nothing of this one's: what each replica was
+    /// seen to have replayed, and the primary's positions lags are measured against, are
+    /// dropped; the replicas serve again once sampled against the primary now.
+    fn new_history(&self) {
+        self.primary_samples.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        for replica in &self.replicas {
+            let mut status = replica.status();
+            status.replayed = 0;
+            status.lag = None;
+            status.problem = Some("not sampled since the primary changed history".to_owned());
+        }
+        self.forget_everything();
     }
 
     fn trust(&self) -> &Trust {

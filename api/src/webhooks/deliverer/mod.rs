@@ -453,6 +453,19 @@ impl Follower for Deliverer {
         }
     }
 
+    /// Positions announced by another history are not this one's: kept, a position of the
+    /// standby that served before would keep every look rechecking for a change the old
+    /// primary, back, never had.
+    fn new_history(&self) {
+        let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        for worker in workers.values() {
+            for notified in &worker.wake.notified {
+                notified.store(0, Ordering::Release);
+            }
+            worker.wake.notify.notify_one();
+        }
+    }
+
     fn trust(&self) -> &Trust {
         &self.trust
     }
