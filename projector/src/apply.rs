@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use lectern_read_model::{contacts, items, Commit, Key, Status};
+use lectern_read_model::{contacts, items, AppliedSequences, Commit, Key, Status};
 use lectern_schema::events::{ChangeEvent, ChangeKind, EntityKind, RecordState};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -17,6 +17,7 @@ use crate::dead_letters;
 use crate::error::is_transient_database_error;
 pub use crate::message::Received;
 use crate::message::Refused;
+use crate::stream::StreamId;
 
 /// What a batch did, for logs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,12 +64,19 @@ impl CommitMode {
 
 type Decoded<'a> = (&'a Received, ChangeEvent);
 
-/// Decodes, applies and dead-letters `batch` in one transaction, committed as `mode`
-/// says, and records every message of it as applied (see [`crate::daemon::ledger`]) in the same
-/// transaction. An `Err` means nothing was committed, and the whole batch may be retried.
-pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) -> Result<Applied, sqlx::Error> {
+/// Decodes, applies and dead-letters `batch`, messages of `stream`, in one transaction,
+/// committed as `mode` says, and records every message of it as applied (see
+/// [`crate::daemon::ledger`]) in the same transaction. An `Err` means nothing was
+/// committed, and the whole batch may be retried.
+pub async fn apply_batch(
+    pool: &PgPool,
+    stream: StreamId,
+    batch: &[Received],
+    mode: CommitMode,
+) -> Result<Applied, sqlx::Error> {
     let sequences: Vec<i64> =
         batch.iter().map(|message| i64::try_from(message.stream_sequence).unwrap_or(i64::MAX)).collect();
+    let sequences = AppliedSequences { stream: stream.nanos(), sequences: &sequences };
     let mut events: Vec<Decoded<'_>> = Vec::with_capacity(batch.len());
     let mut refused: Vec<Refused<'_>> = Vec::new();
     for message in batch {
@@ -78,9 +86,9 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) ->
         }
     }
     let written = if refused.is_empty() {
-        write_in_one_statement(pool, &events, &sequences, mode).await
+        write_in_one_statement(pool, &events, sequences, mode).await
     } else {
-        write_in_a_transaction(pool, &events, &refused, &sequences, mode).await
+        write_in_a_transaction(pool, &events, &refused, sequences, mode).await
     };
     match written {
         Ok(()) => {
@@ -96,7 +104,7 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) ->
             // enormous field, or a bug). Nothing was committed: find the culprits one by
             // one rather than block.
             tracing::warn!(%error, "batch refused by the database; applying its events one by one");
-            apply_one_by_one(pool, events, refused, &sequences, mode).await
+            apply_one_by_one(pool, events, refused, sequences, mode).await
         }
     }
 }
@@ -110,7 +118,7 @@ pub async fn apply_batch(pool: &PgPool, batch: &[Received], mode: CommitMode) ->
 async fn write_in_one_statement(
     pool: &PgPool,
     events: &[Decoded<'_>],
-    sequences: &[i64],
+    sequences: AppliedSequences<'_>,
     mode: CommitMode,
 ) -> Result<(), sqlx::Error> {
     let (contacts, items) = newest_by_record(events.iter().map(|(_, event)| event));
@@ -134,7 +142,7 @@ async fn write_in_a_transaction(
     pool: &PgPool,
     events: &[Decoded<'_>],
     refused: &[Refused<'_>],
-    sequences: &[i64],
+    sequences: AppliedSequences<'_>,
     mode: CommitMode,
 ) -> Result<(), sqlx::Error> {
     let mut transaction = pool.begin_with(mode.begin()).await?;
@@ -144,12 +152,17 @@ async fn write_in_a_transaction(
     transaction.commit().await
 }
 
-/// Records `sequences` as applied, inside the caller's transaction.
-pub async fn record_applied(connection: &mut PgConnection, sequences: &[i64]) -> Result<(), sqlx::Error> {
-    if sequences.is_empty() {
+/// Records `applied` as applied, inside the caller's transaction.
+pub async fn record_applied(connection: &mut PgConnection, applied: AppliedSequences<'_>) -> Result<(), sqlx::Error> {
+    if applied.sequences.is_empty() {
         return Ok(());
     }
-    sqlx::query(lectern_read_model::RECORD_APPLIED_SQL).bind(sequences).execute(connection).await.map(drop)
+    sqlx::query(lectern_read_model::RECORD_APPLIED_SQL)
+        .bind(applied.sequences)
+        .bind(applied.stream)
+        .execute(connection)
+        .await
+        .map(drop)
 }
 
 /// A batch the database refused: each event under a savepoint of its own, the refused
@@ -160,7 +173,7 @@ async fn apply_one_by_one<'a>(
     pool: &PgPool,
     events: Vec<Decoded<'a>>,
     mut refused: Vec<Refused<'a>>,
-    sequences: &[i64],
+    sequences: AppliedSequences<'_>,
     mode: CommitMode,
 ) -> Result<Applied, sqlx::Error> {
     let mut transaction = pool.begin_with(mode.begin()).await?;
@@ -259,7 +272,7 @@ async fn upsert_contacts(
     events: &[&ChangeEvent],
     commit: Commit,
     table: &str,
-    applied: Option<&[i64]>,
+    applied: Option<AppliedSequences<'_>>,
 ) -> Result<(), sqlx::Error> {
     let mut batch = contacts::Batch::default();
     for event in events {
@@ -277,7 +290,7 @@ async fn upsert_items(
     events: &[&ChangeEvent],
     commit: Commit,
     table: &str,
-    applied: Option<&[i64]>,
+    applied: Option<AppliedSequences<'_>>,
 ) -> Result<(), sqlx::Error> {
     let mut batch = items::Batch::default();
     for event in events {

@@ -8,13 +8,14 @@
 //! what follows. Any number of projectors can share the consumer.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`run`, `status`, `verify`, `rebuild`, `dead-letters`, `publish`, `healthcheck`).
+//! - [`cli`]: the command line (`run`, `status`, `verify`, `rebuild`, `dead-letters`, `lost-events`, `publish`, `healthcheck`).
 //! - [`daemon`]: `run`, the always-running loop, and what runs beside it.
 //! - [`repair`]: the operator's tools: `verify`, `rebuild`, the dead letters.
 //! - [`stream`]: the `CHANGES` stream and the durable consumer.
 //! - [`apply`]: one batch into the read model, in one transaction (both sides write through it).
 //! - [`message`]: a message as received, and one refused.
 //! - [`dead_letters`]: storing dead letters whatever their bytes.
+//! - [`lost_events`]: acknowledged events the database lost and the stream no longer holds.
 //! - [`error`]: the crate's error type.
 //! - [`metrics`]: what the projector counts and times.
 
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod daemon;
 pub mod dead_letters;
 pub mod error;
+pub mod lost_events;
 pub mod message;
 pub mod metrics;
 pub mod repair;

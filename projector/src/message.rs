@@ -1,4 +1,5 @@
-//! One message as the projector received it, and one it refused.
+//! One message as the projector received it, one it refused, and a span of stream
+//! sequences.
 
 /// One message as received: where it came from and its raw bytes.
 #[derive(Clone, Debug)]
@@ -10,3 +11,16 @@ pub struct Received {
 
 /// A message that broke the contract, or that the database refused, and why.
 pub type Refused<'a> = (&'a Received, String);
+
+/// Stream sequences `first..=last`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub first: u64,
+    pub last: u64,
+}
+
+impl Span {
+    pub fn events(self) -> u64 {
+        self.last - self.first + 1
+    }
+}

@@ -17,6 +17,9 @@ pub mod names {
     pub const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
     pub const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
     pub const APPLIED_AGAIN: &str = "lectern_projector_events_applied_again_total";
+    pub const EVENTS_LOST: &str = "lectern_projector_events_lost_total";
+    pub const LOST_UNACCEPTED: &str = "lectern_projector_lost_events";
+    pub const HISTORY_CHANGES: &str = "lectern_projector_database_history_changes_total";
     pub const STUCK_BATCHES: &str = "lectern_projector_batches_stuck";
     pub const LAST_VERIFY_TIME: &str = "lectern_projector_last_verify_timestamp_seconds";
     pub const LAST_VERIFY_DRIFTED: &str = "lectern_projector_last_verify_drifted_records";
@@ -78,6 +81,23 @@ pub fn record_handed_back(messages: usize) {
 /// acknowledged ([`crate::daemon::ledger`]).
 pub fn record_applied_again(events: u64) {
     metrics::counter!(names::APPLIED_AGAIN).increment(events);
+}
+
+/// Acknowledged events found lost: the database did not hold them and the stream no
+/// longer did ([`crate::lost_events`]).
+pub fn record_lost(events: u64) {
+    metrics::counter!(names::EVENTS_LOST).increment(events);
+}
+
+/// Lost events no operator has accepted yet (the table's, whichever process found them);
+/// above 0, readiness is degraded.
+pub fn record_lost_unaccepted(events: u64) {
+    metrics::gauge!(names::LOST_UNACCEPTED).set(events as f64);
+}
+
+/// The database behind the address turned out to be another history than before.
+pub fn record_history_change() {
+    metrics::counter!(names::HISTORY_CHANGES).increment(1);
 }
 
 /// Batches in hand longer than the stuck bound ([`crate::daemon::stuck`]); above 0, events are

@@ -21,6 +21,41 @@ pub const CONSUMER: &str = "lectern-projector";
 /// in hand is kept alive with progress acks ([`crate::daemon::in_hand`]).
 pub const ACK_WAIT: Duration = Duration::from_secs(5);
 
+/// Which `CHANGES` stream a sequence is of: the stream's creation time, in nanoseconds
+/// since 1970, as JetStream reports it. A stream deleted and created again numbers its
+/// messages from 1 again; its creation time tells its sequences from the old one's
+/// (`read_model_applied.stream`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamId(i64);
+
+impl StreamId {
+    /// The stream the ledger followed before streams were named: what its rows from then say.
+    pub const UNNAMED: Self = Self(0);
+
+    /// The stream `info` describes.
+    pub fn of(info: &stream::Info) -> Self {
+        Self(i64::try_from(info.created.unix_timestamp_nanos()).unwrap_or(i64::MAX))
+    }
+
+    pub fn from_nanos(nanos: i64) -> Self {
+        Self(nanos)
+    }
+
+    pub fn nanos(self) -> i64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 == 0 {
+            return write!(formatter, "{STREAM} (before streams were named)");
+        }
+        let created = chrono::DateTime::from_timestamp_nanos(self.0);
+        write!(formatter, "{STREAM} created {}", created.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+    }
+}
+
 /// The setting that names the NATS servers, for messages.
 const NATS_URL_SETTING: &str = "--nats-url/NATS_URL";
 /// Copies of `CHANGES` unless told otherwise: one server, one copy.

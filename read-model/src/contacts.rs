@@ -13,7 +13,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use crate::values::{instant, optional_text, text};
-use crate::{names, position, selected_columns, upsert_sql, Commit, Key, Keys, Written};
+use crate::{names, position, selected_columns, upsert_sql, AppliedSequences, Commit, Key, Keys, Written};
 
 /// The table.
 pub const TABLE: &str = "contacts";
@@ -136,7 +136,7 @@ impl Batch {
         connection: &mut PgConnection,
         table: &str,
         commit: Commit,
-        applied: Option<&[i64]>,
+        applied: Option<AppliedSequences<'_>>,
     ) -> Result<(), sqlx::Error> {
         let sql = upsert_sql(table, DATA_COLUMNS, commit, applied.is_some());
         let query = self
@@ -151,7 +151,7 @@ impl Batch {
             .bind(&self.is_supplier)
             .bind(&self.created_at);
         match applied {
-            Some(applied) => query.bind(applied).execute(connection).await?,
+            Some(applied) => query.bind(applied.sequences).bind(applied.stream).execute(connection).await?,
             None => query.execute(connection).await?,
         };
         Ok(())

@@ -14,7 +14,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::values::{instant, optional_text, text};
-use crate::{names, position, selected_columns, upsert_sql, Commit, Key, Keys, Written};
+use crate::{names, position, selected_columns, upsert_sql, AppliedSequences, Commit, Key, Keys, Written};
 
 /// The table.
 pub const TABLE: &str = "items";
@@ -183,7 +183,7 @@ impl Batch {
         connection: &mut PgConnection,
         table: &str,
         commit: Commit,
-        applied: Option<&[i64]>,
+        applied: Option<AppliedSequences<'_>>,
     ) -> Result<(), sqlx::Error> {
         let sql = upsert_sql(table, DATA_COLUMNS, commit, applied.is_some());
         let query = self
@@ -200,7 +200,7 @@ impl Batch {
             .bind(&self.purchase_price_currency)
             .bind(&self.created_at);
         match applied {
-            Some(applied) => query.bind(applied).execute(connection).await?,
+            Some(applied) => query.bind(applied.sequences).bind(applied.stream).execute(connection).await?,
             None => query.execute(connection).await?,
         };
         Ok(())

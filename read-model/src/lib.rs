@@ -157,9 +157,18 @@ pub const CHANGE_TRANSACTION: &str = "change_xid";
 /// in the same statement as the rows (`migrations/…_stream_ledger.sql`).
 pub const APPLIED: &str = "read_model_applied";
 
-/// The statement that records `$1`, an array of stream sequences, as applied.
-pub const RECORD_APPLIED_SQL: &str =
-    "insert into read_model_applied (sequences) select range_agg(int8range(s, s, '[]')) from unnest($1::int8[]) as s";
+/// The statement that records `$1`, an array of stream sequences of the stream `$2`, as
+/// applied.
+pub const RECORD_APPLIED_SQL: &str = "insert into read_model_applied (stream, sequences) \
+     select $2, range_agg(int8range(s, s, '[]')) from unnest($1::int8[]) as s";
+
+/// Stream sequences a statement records as applied, and the stream they are of (named by
+/// when it was created: `migrations/…_histories_of_their_own.sql`).
+#[derive(Clone, Copy, Debug)]
+pub struct AppliedSequences<'a> {
+    pub stream: i64,
+    pub sequences: &'a [i64],
+}
 
 /// The feed position of what the writing transaction writes (`read_model_position()`,
 /// `migrations/…_feed_positions_across_histories.sql`), as a sub-select: PostgreSQL
@@ -177,7 +186,8 @@ const POSITION: &str = "(select read_model_position())";
 /// every older writer of the read model has ended.
 ///
 /// With `records_applied`, the statement also records the stream sequences bound after
-/// `data` as applied ([`APPLIED`]), in the same transaction as the rows.
+/// `data`, of the stream bound after them, as applied ([`APPLIED`]), in the same
+/// transaction as the rows.
 fn upsert_sql(table: &str, data: &[Written], commit: Commit, records_applied: bool) -> String {
     let written: Vec<&Written> = KEY_COLUMNS.iter().chain(data).collect();
     let columns: Vec<&str> = written.iter().map(|column| column.column).collect();
@@ -189,8 +199,9 @@ fn upsert_sql(table: &str, data: &[Written], commit: Commit, records_applied: bo
         data.iter().map(|Written { column, .. }| format!("{column} = excluded.{column}")).collect();
     let applied = if records_applied {
         format!(
-            "applied as (insert into {APPLIED} (sequences) select range_agg(int8range(s, s, '[]')) \
+            "applied as (insert into {APPLIED} (stream, sequences) select ${}, range_agg(int8range(s, s, '[]')) \
              from unnest(${}::int8[]) as s), ",
+            written.len() + 2,
             written.len() + 1
         )
     } else {
@@ -297,11 +308,11 @@ mod tests {
     }
 
     #[test]
-    fn the_position_is_taken_once_per_statement_and_the_applied_sequences_follow_the_data() {
+    fn the_position_is_taken_once_per_statement_and_the_applied_sequences_and_their_stream_follow_the_data() {
         let data = [Written::as_sent("name", "text")];
         let sql = upsert_sql("items", &data, Commit::OnItsOwnBeforeFlush, true);
         assert!(sql.contains("(select read_model_position()) as change_xid"), "{sql}");
-        assert!(sql.contains(&format!("insert into {APPLIED} (sequences)")), "{sql}");
+        assert!(sql.contains(&format!("insert into {APPLIED} (stream, sequences) select $7,")), "{sql}");
         assert!(sql.contains("unnest($6::int8[]) as s"), "the sequences are the parameter after the data: {sql}");
     }
 

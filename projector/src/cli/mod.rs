@@ -5,8 +5,10 @@
 //! - [`status`]: what `status` prints.
 //! - [`publish`]: events checked and published (`publish`).
 //! - [`dead_letters`]: the dead letters as `dead-letters list | retry | discard` show them.
+//! - [`lost_events`]: the lost events as `lost-events list | accept` show them.
 
 mod dead_letters;
+mod lost_events;
 mod publish;
 mod status;
 
@@ -49,6 +51,10 @@ enum Command {
     /// Inspect, retry and discard messages that broke the contract.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
+    /// List acknowledged events the database lost and the stream no longer holds, and
+    /// accept them once dealt with.
+    #[command(subcommand)]
+    LostEvents(LostEventsCommand),
     /// Publish change events (JSON, one per file or one per line on stdin) to their subjects.
     Publish(PublishArgs),
     /// Exit 0 if the URL answers 200 (a container health check that needs no curl).
@@ -200,6 +206,23 @@ enum DeadLettersCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum LostEventsCommand {
+    /// List lost events, newest first.
+    List {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Mark every lost event as dealt with (published again from the upstream's outbox,
+    /// or the loss accepted): readiness is no longer degraded by them.
+    Accept {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
 #[derive(Debug, Args)]
 struct PublishArgs {
     #[command(flatten)]
@@ -236,6 +259,12 @@ async fn run(command: Command) -> Result<(), ProjectorError> {
         }
         Command::DeadLetters(DeadLettersCommand::Discard { database, id, superseded }) => {
             dead_letters::discard(&connect(&database).await?, id, superseded).await
+        }
+        Command::LostEvents(LostEventsCommand::List { database, output }) => {
+            lost_events::list(&connect(&database).await?, output).await
+        }
+        Command::LostEvents(LostEventsCommand::Accept { database }) => {
+            lost_events::accept(&connect(&database).await?).await
         }
         Command::Publish(args) => publish::publish(args).await,
         Command::Healthcheck(args) => lectern_runtime::probe::probe(&args.url).await.map_err(ProjectorError::Unhealthy),

@@ -1,5 +1,5 @@
 //! `lectern-projector status`: the stream, the consumer, what is stuck, the dead letters,
-//! the last verify and a rebuild under way, in one look.
+//! the lost events, the last verify and a rebuild under way, in one look.
 //!
 //! NATS and PostgreSQL are read apart: during an outage of one, what the other holds is
 //! still shown, what could not be read is named with its cause, and the command exits 1.
@@ -10,11 +10,14 @@ use super::{connect, write_stdout, DatabaseArgs, NatsArgs, Output, StatusArgs};
 use crate::daemon::{ledger, stuck};
 use crate::dead_letters::printable;
 use crate::error::ProjectorError;
+use crate::lost_events;
 use crate::repair::{dead_letters, rebuild, verify};
-use crate::stream::{self, ensure_consumer, ensure_stream};
+use crate::stream::{self, ensure_consumer, ensure_stream, StreamId};
 
 /// What NATS says: the stream, the consumer, the stuck batches reported.
 struct FromNats {
+    /// The stream now (deleted and created again, it is another).
+    stream_id: StreamId,
     last_sequence: u64,
     consumer: jetstream::consumer::Info,
     stuck: Vec<stuck::HeldBatch>,
@@ -24,6 +27,8 @@ struct FromNats {
 struct FromDatabase {
     pool: sqlx::PgPool,
     dead_letters: i64,
+    /// Lost events no operator has accepted yet.
+    lost_events: u64,
     last_verify: Option<verify::report::LastVerification>,
     rebuild: Option<rebuild::shadow::UnderWay>,
 }
@@ -41,7 +46,8 @@ pub async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
     // What the database lacks of what JetStream saw acknowledged: needs both.
     let mut not_held = None;
     if let (Some(nats), Some(database)) = (&nats, &database) {
-        not_held = ledger::not_held(&database.pool, nats.consumer.ack_floor.stream_sequence).await?;
+        not_held =
+            ledger::not_held_count(&database.pool, nats.stream_id, nats.consumer.ack_floor.stream_sequence).await?;
     }
     match args.output {
         Output::Json => {
@@ -69,11 +75,11 @@ async fn from_nats(args: &NatsArgs) -> Result<FromNats, ProjectorError> {
     let jetstream = jetstream::new(client);
     let mut stream = ensure_stream(&jetstream, usize::from(args.stream_replicas)).await?;
     let mut consumer = ensure_consumer(&stream).await?;
-    let last_sequence =
-        stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
+    let info = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?;
+    let (stream_id, last_sequence) = (StreamId::of(info), info.state.last_sequence);
     let consumer = consumer.info().await.map_err(ProjectorError::nats("reading the consumer's info"))?.clone();
     let stuck = stuck::reported(&jetstream).await?;
-    Ok(FromNats { last_sequence, consumer, stuck })
+    Ok(FromNats { stream_id, last_sequence, consumer, stuck })
 }
 
 async fn from_database(args: &DatabaseArgs) -> Result<FromDatabase, ProjectorError> {
@@ -81,6 +87,7 @@ async fn from_database(args: &DatabaseArgs) -> Result<FromDatabase, ProjectorErr
     Ok(FromDatabase {
         pool: pool.clone(),
         dead_letters: dead_letters::count(&pool).await?,
+        lost_events: lost_events::unaccepted(&pool).await?,
         last_verify: verify::report::last(&pool).await?,
         rebuild: rebuild::shadow::under_way(&pool).await?,
     })
@@ -99,6 +106,7 @@ fn json(nats: Option<&FromNats>, database: Option<&FromDatabase>, unavailable: &
         "redelivered": nats.map(|nats| nats.consumer.num_redelivered),
         "waitingPulls": nats.map(|nats| nats.consumer.num_waiting),
         "deadLetters": database.map(|database| database.dead_letters),
+        "lostEvents": database.map(|database| database.lost_events),
         "stuckBatches": nats.map(|nats| &nats.stuck),
         "lastVerify": database.and_then(|database| database.last_verify.as_ref()),
         "rebuild": database.and_then(|database| database.rebuild.as_ref()),
@@ -134,6 +142,13 @@ fn text(
     text.push_str(not_held);
     if let Some(database) = database {
         text.push_str(&format!("dead letters {}\n", database.dead_letters));
+        if database.lost_events > 0 {
+            text.push_str(&format!(
+                "lost events {} (acknowledged, lost by the database, no longer in the stream: \
+                 `lectern-projector lost-events list`)\n",
+                database.lost_events
+            ));
+        }
     }
     if let Some(nats) = nats {
         text.push_str(&format!("stuck batches {}\n", nats.stuck.len()));

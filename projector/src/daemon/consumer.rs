@@ -40,7 +40,7 @@ use crate::daemon::pull::{pull, PullSize};
 use crate::daemon::workspace_indexes::{self, OwnIndexSettings};
 use crate::daemon::{staleness, stuck};
 use crate::error::ProjectorError;
-use crate::stream::{ensure_consumer, ensure_stream};
+use crate::stream::{ensure_consumer, ensure_stream, StreamId};
 
 /// How the loop pulls.
 #[derive(Clone, Debug)]
@@ -130,6 +130,9 @@ pub async fn run_watched(
             }
         }
     };
+    // Which stream the batches pulled from now on are of; found again whenever pulls fail,
+    // since the stream may have been deleted and created again (its consumer with it).
+    let mut stream_id = StreamId::of(stream.cached_info());
     tracing::info!("projector consuming");
     let committed = Arc::new(Notify::new());
     let merger = tokio::spawn(pending_lists::merge_after_commits(pool.clone(), committed.clone(), shutdown.clone()));
@@ -172,6 +175,13 @@ pub async fn run_watched(
                 if backoff.wait_or_stop(&shutdown).await {
                     break;
                 }
+                // A stream deleted and created again has lost its consumer: both are made
+                // again, by name, so the handles every task holds find them.
+                if let Ok(found) = ensure_stream(&jetstream, settings.stream_replicas).await {
+                    if ensure_consumer(&found).await.is_ok() {
+                        stream_id = StreamId::of(found.cached_info());
+                    }
+                }
                 continue;
             }
         };
@@ -185,7 +195,7 @@ pub async fn run_watched(
         let (pool, shutdown, committed, durable_acks, batches) =
             (pool.clone(), shutdown.clone(), committed.clone(), durable_acks.clone(), batches.clone());
         in_flight.spawn(async move {
-            if apply_until_committed(&pool, batch, &durable_acks, &batches, &shutdown).await {
+            if apply_until_committed(&pool, stream_id, batch, &durable_acks, &batches, &shutdown).await {
                 committed.notify_one();
             }
             drop(permit);
@@ -234,6 +244,7 @@ fn report_if_panicked(finished: Result<(), tokio::task::JoinError>) {
 /// unacknowledged for redelivery. Returns whether it committed.
 async fn apply_until_committed(
     pool: &PgPool,
+    stream: StreamId,
     batch: InHand,
     durable_acks: &DurableAcks,
     batches: &stuck::Batches,
@@ -263,7 +274,7 @@ async fn apply_until_committed(
         // before the commit (see `durable_acks`).
         let witness = durable_acks.witness();
         let mode = if witness.is_some() { CommitMode::BeforeFlush } else { CommitMode::Flushed };
-        match apply_batch(pool, &received, mode).await {
+        match apply_batch(pool, stream, &received, mode).await {
             Ok(applied) => {
                 let committed_at = SystemTime::now();
                 connections::postgres_answered();

@@ -110,9 +110,10 @@ impl DurableAcks {
     pub async fn run(self, pool: PgPool, finish: CancellationToken) {
         let mut connection: Option<PoolConnection<Postgres>> = None;
         let mut generation = 0;
+        let mut history = SeenHistory::default();
         loop {
             if connection.is_none() {
-                match tokio::time::timeout(BARRIER_TIMEOUT, pool.acquire()).await {
+                match tokio::time::timeout(BARRIER_TIMEOUT, open_barrier(&pool, &mut history)).await {
                     Ok(Ok(opened)) => {
                         generation += 1;
                         connection = Some(opened);
@@ -173,6 +174,35 @@ impl DurableAcks {
             drop(lost.detach());
         }
     }
+}
+
+/// The history of the database the last barrier connection reached (`None`: none registered
+/// yet, or not looked at).
+#[derive(Default)]
+struct SeenHistory(Option<Option<i64>>);
+
+/// A barrier connection, and a look at the history of the database it reaches: behind a
+/// stable address the database can change between two connections (a failover, the old
+/// primary back, a restore). Batches the old connection witnessed are handed back by their
+/// generation whatever it finds; what it adds is telling operators. What the database lost
+/// meanwhile comes back through the ledger.
+async fn open_barrier(pool: &PgPool, seen: &mut SeenHistory) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    let history: Option<i64> =
+        sqlx::query_scalar("select read_model_server_history()").fetch_one(&mut *connection).await?;
+    if let Some(before) = seen.0.replace(history) {
+        if before != history {
+            crate::metrics::record_history_change();
+            tracing::warn!(
+                from = before,
+                to = history,
+                "the database is another history than before under the same address (a failover, the old primary \
+                 back, a restore); batches waiting for a flush are handed back, and the ledger applies again what \
+                 this one lacks"
+            );
+        }
+    }
+    Ok(connection)
 }
 
 /// Commits synchronously on `connection`, so every commit that returned before this call

@@ -15,8 +15,14 @@
 //! Acknowledgements are read before the ledger: a message is acknowledged only after its
 //! batch committed, so every sequence acknowledged by then is in the ledger unless the
 //! database lost it.
+//!
+//! Sequences are recorded with the stream they are of ([`StreamId`]): a stream deleted and
+//! created again numbers its messages from 1 again, and the old stream's sequences must not
+//! pass for the new one's. What cannot be applied again, because the stream no longer holds
+//! it or the stream it belonged to is gone, is recorded as lost ([`crate::lost_events`]),
+//! never as held.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -27,7 +33,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, CommitMode, Received};
 use crate::error::ProjectorError;
+use crate::lost_events::{self, Why};
+pub use crate::message::Span;
 use crate::repair::history::{read_through, subjects};
+use crate::stream::StreamId;
 
 /// How often the ledger is compared with the acknowledgements.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
@@ -38,19 +47,6 @@ const FETCH_ONE_BY_ONE: u64 = 32;
 /// database lost, so that projectors sharing the consumer do it one at a time.
 const LEDGER_LOCK: i64 = 0x6c65_6374_6c65_6467;
 
-/// Stream sequences `first..=last`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span {
-    pub first: u64,
-    pub last: u64,
-}
-
-impl Span {
-    pub fn events(self) -> u64 {
-        self.last - self.first + 1
-    }
-}
-
 /// What one reconciliation found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reconciled {
@@ -60,13 +56,15 @@ pub struct Reconciled {
     pub missing: Vec<Span>,
     /// Messages applied again (missing sequences the stream still had).
     pub applied_again: u64,
+    /// Missing sequences the stream no longer had: recorded as lost.
+    pub lost: Vec<Span>,
 }
 
 /// Starts the ledger of a database that held a read model before the ledger existed (the
 /// migration that added it left `trusted_through` null): it takes the acknowledgements at
 /// their word once, as the projector always had. A database that was empty then holds
 /// nothing it was not told about, and takes nothing at its word.
-pub async fn start(pool: &PgPool, acknowledged_through: u64) -> Result<(), ProjectorError> {
+pub async fn start(pool: &PgPool, stream: StreamId, acknowledged_through: u64) -> Result<(), ProjectorError> {
     let mut transaction = pool.begin().await?;
     let took = sqlx::query(
         "update read_model_ledger set trusted_through = $1, started_at = now() where trusted_through is null",
@@ -76,7 +74,7 @@ pub async fn start(pool: &PgPool, acknowledged_through: u64) -> Result<(), Proje
     .await?
     .rows_affected();
     if took == 1 && acknowledged_through > 0 {
-        record_span(&mut transaction, Span { first: 1, last: acknowledged_through }).await?;
+        record_span(&mut transaction, stream, Span { first: 1, last: acknowledged_through }).await?;
         tracing::info!(
             acknowledged_through,
             "the read model's ledger starts: events 1 to this sequence taken as applied"
@@ -86,25 +84,74 @@ pub async fn start(pool: &PgPool, acknowledged_through: u64) -> Result<(), Proje
     Ok(())
 }
 
-/// The ranges of sequences 1 to `$1` the ledger does not hold, one row each.
+/// The ranges of sequences 1 to `$1` of the stream `$2` that the ledger neither holds nor
+/// has recorded as lost, one row each. Rows recorded before streams were named (0) count as
+/// the stream's, as a projector adopts them when it next compares.
 const NOT_HELD_THROUGH_1: &str = "unnest(int8multirange(int8range(1, $1 + 1)) \
-     - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r), '{}'))";
+     - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r where stream in ($2, 0)), '{}') \
+     - coalesce((select range_agg(r) from read_model_lost, unnest(sequences) as r where stream = $2), '{}'))";
 
-/// Folds the ledger's rows into one and returns the sequences up to `acknowledged_through`
-/// it does not hold, inside the caller's transaction.
-async fn fold_and_find_missing(
+/// Which stream the ledger follows, and the acknowledgement floor it last saw of it.
+struct Followed {
+    stream: Option<StreamId>,
+    acknowledged_through: u64,
+}
+
+/// Makes `stream` the stream the ledger follows, inside the caller's transaction. Rows
+/// recorded before streams were named (0) are the followed stream's. When the ledger
+/// followed another stream, that one was deleted and created again: whatever of it was
+/// acknowledged and not held can no longer be applied, and is recorded as lost.
+async fn follow(connection: &mut PgConnection, stream: StreamId) -> Result<Option<Vec<Span>>, sqlx::Error> {
+    let followed: Followed = sqlx::query("select stream, acknowledged_through from read_model_ledger for update")
+        .fetch_optional(&mut *connection)
+        .await?
+        .map(|row| {
+            Ok::<_, sqlx::Error>(Followed {
+                stream: row.try_get::<Option<i64>, _>(0)?.map(StreamId::from_nanos),
+                acknowledged_through: row.try_get::<i64, _>(1)?.unsigned_abs(),
+            })
+        })
+        .transpose()?
+        .unwrap_or(Followed { stream: None, acknowledged_through: 0 });
+    let mut recreated = None;
+    if let Some(old) = followed.stream.filter(|old| *old != stream) {
+        sqlx::query("update read_model_applied set stream = $1 where stream = 0")
+            .bind(old.nanos())
+            .execute(&mut *connection)
+            .await?;
+        let lost = not_held(connection, old, followed.acknowledged_through).await?;
+        lost_events::record(connection, old, &lost, Why::StreamRecreated).await?;
+        sqlx::query("delete from read_model_applied where stream = $1")
+            .bind(old.nanos())
+            .execute(&mut *connection)
+            .await?;
+        tracing::warn!(
+            old = %old,
+            new = %stream,
+            "the stream was deleted and created again: the ledger follows the new one from its first sequence"
+        );
+        recreated = Some(lost);
+    }
+    sqlx::query("update read_model_ledger set stream = $1, acknowledged_through = case when stream = $1 then acknowledged_through else 0 end")
+        .bind(stream.nanos())
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query("update read_model_applied set stream = $1 where stream = 0")
+        .bind(stream.nanos())
+        .execute(&mut *connection)
+        .await?;
+    Ok(recreated)
+}
+
+/// The sequences of `stream` up to `acknowledged_through` neither held nor recorded lost.
+async fn not_held(
     connection: &mut PgConnection,
+    stream: StreamId,
     acknowledged_through: u64,
 ) -> Result<Vec<Span>, sqlx::Error> {
-    sqlx::query(
-        "with folded as (delete from read_model_applied returning sequences) \
-         insert into read_model_applied (sequences) \
-         select range_agg(r) from folded, unnest(folded.sequences) as r having count(*) > 0",
-    )
-    .execute(&mut *connection)
-    .await?;
     sqlx::query(&format!("select lower(r), upper(r) - 1 from {NOT_HELD_THROUGH_1} as r"))
         .bind(as_sequence(acknowledged_through))
+        .bind(stream.nanos())
         .fetch_all(&mut *connection)
         .await?
         .iter()
@@ -112,15 +159,44 @@ async fn fold_and_find_missing(
         .collect()
 }
 
-/// How many sequences up to `acknowledged_through` the database does not hold: events
-/// JetStream saw acknowledged that a restore or a failover made the database forget, which a
-/// running projector applies again. None before a projector first started the ledger.
-pub async fn not_held(pool: &PgPool, acknowledged_through: u64) -> Result<Option<u64>, sqlx::Error> {
+/// Folds the ledger's rows of `stream` into one, notes `acknowledged_through` as the floor
+/// seen, and returns the sequences up to it neither held nor lost, inside the caller's
+/// transaction.
+async fn fold_and_find_missing(
+    connection: &mut PgConnection,
+    stream: StreamId,
+    acknowledged_through: u64,
+) -> Result<Vec<Span>, sqlx::Error> {
+    sqlx::query(
+        "with folded as (delete from read_model_applied where stream = $1 returning sequences) \
+         insert into read_model_applied (stream, sequences) \
+         select $1, range_agg(r) from folded, unnest(folded.sequences) as r having count(*) > 0",
+    )
+    .bind(stream.nanos())
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query("update read_model_ledger set acknowledged_through = greatest(acknowledged_through, $1)")
+        .bind(as_sequence(acknowledged_through))
+        .execute(&mut *connection)
+        .await?;
+    not_held(connection, stream, acknowledged_through).await
+}
+
+/// How many sequences of `stream` up to `acknowledged_through` the database does not hold
+/// and are not recorded as lost: events JetStream saw acknowledged that a restore or a
+/// failover made the database forget, which a running projector applies again. None before
+/// a projector first started the ledger.
+pub async fn not_held_count(
+    pool: &PgPool,
+    stream: StreamId,
+    acknowledged_through: u64,
+) -> Result<Option<u64>, sqlx::Error> {
     let missing: Option<i64> = sqlx::query_scalar(&format!(
         "select (select coalesce(sum(upper(r) - lower(r)), 0) from {NOT_HELD_THROUGH_1} as r)::bigint \
          from read_model_ledger where trusted_through is not null"
     ))
     .bind(as_sequence(acknowledged_through))
+    .bind(stream.nanos())
     .fetch_optional(pool)
     .await?;
     Ok(missing.map(|missing| u64::try_from(missing).unwrap_or(0)))
@@ -132,14 +208,18 @@ fn span(row: &PgRow) -> Result<Span, sqlx::Error> {
     Ok(Span { first: first.unsigned_abs(), last: last.unsigned_abs() })
 }
 
-/// Records `span` as applied, on `connection` (inside its transaction, if one is open).
-async fn record_span(connection: &mut PgConnection, span: Span) -> Result<(), sqlx::Error> {
-    sqlx::query("insert into read_model_applied (sequences) values (int8multirange(int8range($1, $2, '[]')))")
-        .bind(as_sequence(span.first))
-        .bind(as_sequence(span.last))
-        .execute(connection)
-        .await
-        .map(drop)
+/// Records `span` of `stream` as applied, on `connection` (inside its transaction, if one
+/// is open).
+async fn record_span(connection: &mut PgConnection, stream: StreamId, span: Span) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "insert into read_model_applied (stream, sequences) values ($3, int8multirange(int8range($1, $2, '[]')))",
+    )
+    .bind(as_sequence(span.first))
+    .bind(as_sequence(span.last))
+    .bind(stream.nanos())
+    .execute(connection)
+    .await
+    .map(drop)
 }
 
 fn as_sequence(sequence: u64) -> i64 {
@@ -152,11 +232,18 @@ async fn acknowledged_through(consumer: &PullConsumer) -> Result<u64, ProjectorE
     Ok(info.ack_floor.stream_sequence)
 }
 
+/// The stream as it is now (deleted and created again, it is another).
+async fn stream_now(stream: &Stream) -> Result<StreamId, ProjectorError> {
+    let info = stream.get_info().await.map_err(ProjectorError::nats("reading the stream's info"))?;
+    Ok(StreamId::of(&info))
+}
+
 /// Compares the ledger with the consumer's acknowledgements and applies again, from the
-/// stream, every acknowledged event the database does not hold. Does nothing while another
-/// projector is doing it, or before the ledger has started. `connection` is the ledger's
-/// own: it holds [`LEDGER_LOCK`] for the turn (a session lock, so no transaction stays open
-/// while events are applied again); the caller drops it after an error, and the lock with it.
+/// stream, every acknowledged event the database does not hold; what the stream no longer
+/// holds is recorded as lost. Does nothing while another projector is doing it, or before
+/// the ledger has started. `connection` is the ledger's own: it holds [`LEDGER_LOCK`] for
+/// the turn (a session lock, so no transaction stays open while events are applied again);
+/// the caller drops it after an error, and the lock with it.
 pub async fn reconcile(
     connection: &mut PgConnection,
     pool: &PgPool,
@@ -165,6 +252,7 @@ pub async fn reconcile(
 ) -> Result<Reconciled, ProjectorError> {
     // First the acknowledgements, then the ledger (see the module's documentation).
     let acknowledged_through = acknowledged_through(consumer).await?;
+    let stream_id = stream_now(stream).await?;
     let mut reconciled = Reconciled { acknowledged_through, ..Reconciled::default() };
     let started: bool =
         sqlx::query_scalar("select exists (select from read_model_ledger where trusted_through is not null)")
@@ -179,7 +267,10 @@ pub async fn reconcile(
         return Ok(reconciled);
     }
     let mut transaction = connection.begin().await?;
-    reconciled.missing = fold_and_find_missing(&mut transaction, acknowledged_through).await?;
+    if let Some(lost) = follow(&mut transaction, stream_id).await? {
+        reconciled.lost = lost;
+    }
+    reconciled.missing = fold_and_find_missing(&mut transaction, stream_id, acknowledged_through).await?;
     transaction.commit().await?;
     if !reconciled.missing.is_empty() {
         let events: u64 = reconciled.missing.iter().map(|span| span.events()).sum();
@@ -191,12 +282,14 @@ pub async fn reconcile(
              lost their commits); applying them again from the stream"
         );
     }
-    // Each batch applied again records its own sequences as it commits; the whole span is
-    // recorded after (what the stream no longer holds had nothing to apply). Dying midway
-    // leaves some applied and the rest found missing again next time: harmless.
+    // Each batch applied again records its own sequences as it commits; what the stream no
+    // longer holds is recorded as lost after the span. Dying midway leaves some applied and
+    // the rest found missing again next time: harmless.
     for span in reconciled.missing.clone() {
-        reconciled.applied_again += apply_again(pool, stream, span).await?;
-        record_span(&mut *connection, span).await?;
+        let again = apply_again(pool, stream, stream_id, span).await?;
+        reconciled.applied_again += again.applied;
+        lost_events::record(&mut *connection, stream_id, &again.not_in_stream, Why::NotInTheStream).await?;
+        reconciled.lost.extend(again.not_in_stream);
     }
     sqlx::query("select pg_advisory_unlock($1)").bind(LEDGER_LOCK).execute(&mut *connection).await?;
     if reconciled.applied_again > 0 {
@@ -206,22 +299,35 @@ pub async fn reconcile(
     Ok(reconciled)
 }
 
-/// Applies the events of `span` again, each batch recording its own sequences; the caller
-/// then records the whole span. Every sequence of the span is either applied or found
-/// missing from the stream (deleted, or before its first event) one by one: a span is
-/// never recorded on the word of a read that may have ended early.
-async fn apply_again(pool: &PgPool, stream: &Stream, span: Span) -> Result<u64, ProjectorError> {
+/// What applying a span again did.
+struct AppliedAgain {
+    applied: u64,
+    /// The span's sequences the stream no longer holds.
+    not_in_stream: Vec<Span>,
+}
+
+/// Applies the events of `span` again, each batch recording its own sequences. Every
+/// sequence of the span is either applied or found missing from the stream (deleted, or
+/// before its first event) one by one: none is taken as lost on the word of a read that
+/// may have ended early.
+async fn apply_again(
+    pool: &PgPool,
+    stream: &Stream,
+    stream_id: StreamId,
+    span: Span,
+) -> Result<AppliedAgain, ProjectorError> {
     let mut applied = 0;
-    let mut received = HashSet::new();
+    let mut received = BTreeSet::new();
     if span.events() > FETCH_ONE_BY_ONE {
         let mut reading = read_through(stream, subjects(None), span.first, span.last).await?;
         while let Some(batch) = reading.batches.recv().await {
             let batch = batch?;
             received.extend(batch.iter().map(|message| message.stream_sequence));
-            applied += apply(pool, &batch).await?;
+            applied += apply(pool, stream_id, &batch).await?;
         }
     }
     let mut batch = Vec::new();
+    let mut not_in_stream: Vec<Span> = Vec::new();
     for sequence in (span.first..=span.last).filter(|sequence| !received.contains(sequence)) {
         match stream.get_raw_message(sequence).await {
             Ok(message) => batch.push(Received {
@@ -229,11 +335,14 @@ async fn apply_again(pool: &PgPool, stream: &Stream, span: Span) -> Result<u64, 
                 stream_sequence: sequence,
                 payload: message.payload.to_vec(),
             }),
-            Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => {}
+            Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => match not_in_stream.last_mut() {
+                Some(last) if last.last + 1 == sequence => last.last = sequence,
+                _ => not_in_stream.push(Span { first: sequence, last: sequence }),
+            },
             Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
         }
         if batch.len() == crate::repair::history::BATCH {
-            applied += apply(pool, &std::mem::take(&mut batch)).await?;
+            applied += apply(pool, stream_id, &std::mem::take(&mut batch)).await?;
         }
     }
     if span.events() > FETCH_ONE_BY_ONE && !batch.is_empty() {
@@ -242,16 +351,16 @@ async fn apply_again(pool: &PgPool, stream: &Stream, span: Span) -> Result<u64, 
             "reading the stream through an ordered consumer left out these events; fetched one by one"
         );
     }
-    applied += apply(pool, &batch).await?;
-    Ok(applied)
+    applied += apply(pool, stream_id, &batch).await?;
+    Ok(AppliedAgain { applied, not_in_stream })
 }
 
 /// Applies `batch` with a flushed commit: nothing acknowledges it afterwards.
-async fn apply(pool: &PgPool, batch: &[Received]) -> Result<u64, ProjectorError> {
+async fn apply(pool: &PgPool, stream: StreamId, batch: &[Received]) -> Result<u64, ProjectorError> {
     if batch.is_empty() {
         return Ok(0);
     }
-    apply_batch(pool, batch, CommitMode::Flushed).await?;
+    apply_batch(pool, stream, batch, CommitMode::Flushed).await?;
     Ok(batch.len() as u64)
 }
 
@@ -264,7 +373,7 @@ pub async fn keep(pool: PgPool, stream: Stream, consumer: PullConsumer, shutdown
     loop {
         let turn = async {
             if !started {
-                start(&pool, acknowledged_through(&consumer).await?).await?;
+                start(&pool, stream_now(&stream).await?, acknowledged_through(&consumer).await?).await?;
                 started = true;
             }
             let ledger = match &mut connection {

@@ -1,5 +1,6 @@
 //! What operators see of the projector: its readiness (connected to NATS, PostgreSQL
-//! reachable, no batch stuck) on the operations listener beside `/metrics` and `/healthz`.
+//! reachable, no batch stuck; degraded while acknowledged events are lost) on the
+//! operations listener beside `/metrics` and `/healthz`.
 
 use std::sync::Arc;
 
@@ -10,20 +11,34 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::daemon::{connections, staleness, stuck};
+use crate::lost_events;
 
 /// Ready when the NATS connection is up, PostgreSQL answers a statement and no batch is
 /// stuck: a stuck batch's events are not becoming visible, whatever the connections say.
+/// Degraded, still ready, while lost events wait for an operator: this process can do its
+/// work, but the read model may lack what they wrote.
 pub async fn readiness(
     client: &async_nats::Client,
     pool: &PgPool,
     batches: &stuck::Batches,
 ) -> Result<Degraded, Problems> {
     let mut problems = Vec::new();
+    let mut degraded = Degraded::new();
     if client.connection_state() != State::Connected {
         problems.push(format!("not connected to NATS (connection {})", describe(client.connection_state())));
     }
-    match answer_within(pool, sqlx::query("select 1").execute(pool)).await {
-        Ok(Ok(_)) => connections::postgres_answered(),
+    // The statement that proves PostgreSQL answers.
+    match answer_within(pool, lost_events::unaccepted(pool)).await {
+        Ok(Ok(lost)) => {
+            connections::postgres_answered();
+            crate::metrics::record_lost_unaccepted(lost);
+            if lost > 0 {
+                degraded.push(format!(
+                    "{lost} acknowledged event(s) are lost: the database lost them and the stream no longer holds \
+                     them (`lectern-projector lost-events list`)"
+                ));
+            }
+        }
         Ok(Err(error)) => {
             connections::postgres_failed(pool, &error).await;
             problems.push(format!("PostgreSQL is unreachable: {error}"));
@@ -35,7 +50,7 @@ pub async fn readiness(
     }
     problems.extend(batches.problem());
     if problems.is_empty() {
-        Ok(Degraded::new())
+        Ok(degraded)
     } else {
         Err(problems)
     }
@@ -80,7 +95,7 @@ pub fn before_scrape(watched: Watched) -> BeforeScrape {
 const FROM_THE_DATABASE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Exports what the database holds for every process (the last verify recorded, the
-/// dead letters stored) as metrics, until `shutdown`: read from the tables, so a restart
+/// dead letters stored, the lost events not accepted) as metrics, until `shutdown`: read from the tables, so a restart
 /// or another projector does not change what they say.
 pub async fn export_from_the_database(pool: PgPool, shutdown: CancellationToken) {
     loop {
@@ -97,6 +112,10 @@ pub async fn export_from_the_database(pool: PgPool, shutdown: CancellationToken)
         match crate::repair::dead_letters::count(&pool).await {
             Ok(stored) => crate::metrics::record_dead_letters(stored),
             Err(error) => tracing::debug!(%error, "counting the dead letters for the metrics"),
+        }
+        match lost_events::unaccepted(&pool).await {
+            Ok(lost) => crate::metrics::record_lost_unaccepted(lost),
+            Err(error) => tracing::debug!(%error, "counting the lost events for the metrics"),
         }
         tokio::select! {
             () = shutdown.cancelled() => return,

@@ -6,22 +6,17 @@
 //! The only step taken after a failover is the one `docs/operations.md` names: the
 //! projector and the API are pointed at the new primary.
 
+use lectern_projector::stream::StreamId;
 use lectern_read_model::Commit;
 use lectern_tests::nats::TestNats;
 use lectern_tests::postgres::TestPostgres;
-use lectern_tests::projector::{contact_event, eventually, RunningProjector};
+use lectern_tests::projector::{contact_event, RunningProjector};
 use lectern_tests::{ContactSeed, TestApp};
 use uuid::Uuid;
 
 use crate::mirror::{
-    all_acknowledged, expect_versions, listing, pool, publish_versions, reach, rows, Expected, Mirror, Stack,
-    CONVERGES_WITHIN,
+    all_acknowledged, expect_versions, listing, pool, publish_versions, reach, replayed, rows, Expected, Mirror, Stack,
 };
-
-fn wal_position(lsn: &str) -> u64 {
-    let (high, low) = lsn.split_once('/').expect("an LSN is two hex numbers");
-    (u64::from_str_radix(high, 16).expect("hex") << 32) | u64::from_str_radix(low, 16).expect("hex")
-}
 
 /// The rules: after a failover to an asynchronous standby that missed the last writes,
 /// with nothing done but pointing the services at the new primary, (1) every event JetStream
@@ -41,10 +36,7 @@ async fn after_a_failover_to_a_standby_that_missed_the_last_writes_nothing_ackno
     let mut standby = primary.start_standby(None).await;
     let mut mirror = Mirror::default();
     assert!(mirror.converges_to_the_listing(&app, &key).await, "the feed before the failover");
-    let written = wal_position(&primary.current_lsn().await);
-    let replayed =
-        eventually(CONVERGES_WITHIN, || async { wal_position(&standby.replay_lsn().await) >= written }).await;
-    assert!(replayed, "the standby did not replay the first writes");
+    replayed(&primary, &standby).await;
     standby.stop().await;
 
     // What only the old primary gets: every contact renamed, 20 more, all acknowledged, and
@@ -179,9 +171,11 @@ async fn a_redelivered_batch_that_changes_nothing_is_on_disk_when_it_is_acknowle
             payload: contact_event("created", workspace, *id, 1, "First").to_string().into_bytes(),
         })
         .collect();
-    apply_batch(&projector_pool, &batch, CommitMode::BeforeFlush).await.expect("the first delivery");
+    apply_batch(&projector_pool, StreamId::UNNAMED, &batch, CommitMode::BeforeFlush).await.expect("the first delivery");
 
-    apply_batch(&projector_pool, &batch, CommitMode::Flushed).await.expect("the redelivery, changing nothing");
+    apply_batch(&projector_pool, StreamId::UNNAMED, &batch, CommitMode::Flushed)
+        .await
+        .expect("the redelivery, changing nothing");
     // Acknowledged now; the server crashes.
     server.stop().await;
     server.start().await;

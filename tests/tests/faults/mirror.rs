@@ -193,3 +193,17 @@ impl Stack {
 pub(crate) async fn pool(url: &str) -> PgPool {
     PgPoolOptions::new().max_connections(8).connect(url).await.expect("connect")
 }
+
+/// Waits until `standby` has replayed everything `primary` wrote so far.
+pub(crate) async fn replayed(primary: &TestPostgres, standby: &TestPostgres) {
+    let written = wal_position(&primary.current_lsn().await);
+    let caught_up =
+        eventually(CONVERGES_WITHIN, || async { wal_position(&standby.replay_lsn().await) >= written }).await;
+    assert!(caught_up, "the standby on port {} did not replay the primary's writes", standby.port);
+}
+
+/// An LSN as PostgreSQL prints it (`0/3016060`), as a number.
+pub(crate) fn wal_position(lsn: &str) -> u64 {
+    let (high, low) = lsn.split_once('/').expect("an LSN is two hex numbers");
+    (u64::from_str_radix(high, 16).expect("hex") << 32) | u64::from_str_radix(low, 16).expect("hex")
+}

@@ -4,6 +4,7 @@
 //! changes the session's own `synchronous_commit`, and a batch the database refuses is
 //! still taken apart event by event.
 
+use lectern_projector::stream::StreamId;
 use std::time::Duration;
 
 use lectern_projector::apply::{apply_batch, Applied, CommitMode, Received};
@@ -105,7 +106,9 @@ async fn batches_committed_before_their_flush_return_while_a_flushed_commit_cann
         ("contacts and items", &contacts_and_items, Applied { events: 2, dead_letters: 0 }),
         ("with a dead letter", &with_a_dead_letter, Applied { events: 1, dead_letters: 1 }),
     ] {
-        let applied = tokio::time::timeout(RETURNS_WITHIN, apply_batch(&pool, batch, CommitMode::BeforeFlush)).await;
+        let applied =
+            tokio::time::timeout(RETURNS_WITHIN, apply_batch(&pool, StreamId::UNNAMED, batch, CommitMode::BeforeFlush))
+                .await;
         let applied = applied.unwrap_or_else(|_| panic!("a batch of {what} committed before its flush waited for it"));
         assert_eq!(applied.expect("apply the batch"), expected, "{what}");
     }
@@ -119,7 +122,11 @@ async fn batches_committed_before_their_flush_return_while_a_flushed_commit_cann
     // waiting, on a pool of its own, until the server stops.
     let control = PgPoolOptions::new().max_connections(1).connect(&server.url()).await.expect("connect");
     let flushed = vec![received(&contact_event("created", workspace, Uuid::new_v4(), 1, "Flushed"), 8)];
-    let waited = tokio::time::timeout(STILL_WAITING_AFTER, apply_batch(&control, &flushed, CommitMode::Flushed)).await;
+    let waited = tokio::time::timeout(
+        STILL_WAITING_AFTER,
+        apply_batch(&control, StreamId::UNNAMED, &flushed, CommitMode::Flushed),
+    )
+    .await;
     assert!(waited.is_err(), "a flushed commit returned without its standby: the test proves nothing here");
     drop(server);
 }
@@ -140,7 +147,7 @@ async fn committing_before_the_flush_leaves_the_sessions_own_synchronous_commit_
     let items = vec![received(&item(workspace, Uuid::new_v4(), "Item"), 2)];
 
     for batch in [&contacts, &items] {
-        apply_batch(&pool, batch, CommitMode::BeforeFlush).await.expect("apply the batch");
+        apply_batch(&pool, StreamId::UNNAMED, batch, CommitMode::BeforeFlush).await.expect("apply the batch");
         let setting: String =
             sqlx::query_scalar("show synchronous_commit").fetch_one(&pool).await.expect("show synchronous_commit");
         assert_eq!(setting, "on", "a batch's asynchronous commit leaked into its session");
@@ -165,9 +172,9 @@ async fn a_batch_the_database_refuses_is_taken_apart_and_only_the_refused_event_
             received(&item(workspace, refused_item, "Nul\u{0}"), first_sequence + 4),
         ];
 
-        let applied = apply_batch(&db.pool, &contacts, mode).await.expect("apply the contacts");
+        let applied = apply_batch(&db.pool, StreamId::UNNAMED, &contacts, mode).await.expect("apply the contacts");
         assert_eq!(applied, Applied { events: 2, dead_letters: 1 }, "{mode:?}");
-        let applied = apply_batch(&db.pool, &items, mode).await.expect("apply the items");
+        let applied = apply_batch(&db.pool, StreamId::UNNAMED, &items, mode).await.expect("apply the items");
         assert_eq!(applied, Applied { events: 1, dead_letters: 1 }, "{mode:?}");
 
         assert!(contact_row(&db.pool, workspace, before).await.is_some(), "{mode:?}");

@@ -2,6 +2,7 @@
 //! many projectors share the consumer, the read model ends where applying the history
 //! once, in version order, ends.
 
+use lectern_projector::stream::StreamId;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -34,8 +35,9 @@ async fn rows_of(pool: &PgPool, workspace: Uuid) -> Vec<String> {
 }
 
 async fn apply(pool: &PgPool, batch: &[Received], mode: CommitMode, seed: u64) {
-    let applied =
-        apply_batch(pool, batch, mode).await.unwrap_or_else(|error| panic!("seed {seed}: apply failed: {error}"));
+    let applied = apply_batch(pool, StreamId::UNNAMED, batch, mode)
+        .await
+        .unwrap_or_else(|error| panic!("seed {seed}: apply failed: {error}"));
     assert_eq!(applied.dead_letters, 0, "seed {seed}: a generated event was dead-lettered");
 }
 

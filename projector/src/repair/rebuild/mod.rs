@@ -86,12 +86,17 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str, force: bool
         .get_stream(STREAM)
         .await
         .map_err(|_| ProjectorError::Usage(format!("there is no {STREAM} stream to rebuild from: nothing was done")))?;
-    let last = whole_history(&mut stream).await?.map_err(|missing| {
-        ProjectorError::Usage(format!(
-            "{missing}; a rebuild needs every event ever published, so nothing was done (keep the stream without \
-             limits: docs/operations.md, NATS)"
-        ))
-    })?;
+    let last = match whole_history(&mut stream).await? {
+        Ok(last) => last,
+        Err(missing) => {
+            let lost = crate::lost_events::describe(&mut connection).await?.map(|lost| format!(". {lost}"));
+            return Err(ProjectorError::Usage(format!(
+                "{missing}; a rebuild needs every event ever published, so nothing was done (keep the stream \
+                 without limits: docs/operations.md, NATS){}",
+                lost.unwrap_or_default()
+            )));
+        }
+    };
     let resumed_from = match shadow::prepare(&mut connection).await? {
         Start::Fresh => 0,
         Start::Resumed(through) => {

@@ -149,7 +149,14 @@ async fn verify_unrecorded(
     };
     let through = match whole_history(&mut stream).await? {
         Ok(last) => last,
-        Err(missing) => return Ok(Verdict::undecided(options, 0, missing_history(&missing), started)),
+        Err(missing) => {
+            let mut reason = missing_history(&missing);
+            let mut database = <sqlx::PgConnection as sqlx::Connection>::connect(database_url).await?;
+            if let Some(lost) = crate::lost_events::describe(&mut database).await? {
+                reason.push_str(&format!(". {lost}"));
+            }
+            return Ok(Verdict::undecided(options, 0, reason, started));
+        }
     };
     let mut expected = Expected::create(database_url).await?;
     let mut reading = read_through(&stream, subjects(options.workspace), 1, through).await?;
