@@ -14,6 +14,7 @@
 //! - [`projector`]: the projector's run loop in-process, and publishing events.
 //! - [`process`]: a long-running binary under test, its logs and its SIGTERM.
 //! - [`postgres`]: a private PostgreSQL server per test, to stop, crash and restart.
+//! - [`forwarder`]: a TCP forwarder standing for a stable database address.
 //! - [`webhooks`]: a webhook receiver on loopback, and the official library's verdict.
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
@@ -21,6 +22,7 @@
 pub mod app;
 pub mod binaries;
 pub mod database;
+pub mod forwarder;
 pub mod history;
 pub mod nats;
 pub mod postgres;

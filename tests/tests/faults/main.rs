@@ -19,5 +19,7 @@ mod nats;
 mod openapi_tools;
 mod replicas;
 mod restore;
+mod same_address;
 mod schemathesis;
+mod siblings;
 mod support;

@@ -15,6 +15,7 @@ mod dead_letters;
 mod durable_acks;
 mod end_to_end;
 mod feed_convergence;
+mod lost_events;
 mod operations;
 mod outages;
 mod pending_lists;
