@@ -70,6 +70,9 @@ pub struct AppSettings {
     /// Retired cursor secrets whose cursors and sync tokens still open.
     pub previous_cursor_secrets: Vec<SecretString>,
     pub cursor_lifetime: Duration,
+    /// Sync tokens in the format the release before this one reads (no history): while
+    /// processes of both serve side by side.
+    pub sync_tokens_in_previous_format: bool,
     /// Each key's bucket.
     pub per_key: Policy,
     /// Each client address's bucket of failed key lookups.
@@ -99,7 +102,7 @@ impl AppState {
         let authenticator = Arc::new(Authenticator::new(pool.clone(), peppers, settings.environment));
         let shutdown = CancellationToken::new();
         let signing = SigningSecrets::new(settings.cursor_secret, settings.previous_cursor_secrets);
-        let tokens = SyncTokens::new(signing.clone());
+        let tokens = SyncTokens::new(signing.clone()).in_previous_format(settings.sync_tokens_in_previous_format);
         let feeds =
             Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), history.clone(), shutdown.clone());
         let webhooks = Arc::new(Deliverer::new(&pool, webhook_peppers, settings.webhooks, feeds.bound.clone()));

@@ -311,6 +311,11 @@ pub struct ServeArgs {
     /// Seconds a cursor stays valid after it is issued.
     #[arg(long, env = "LECTERN_CURSOR_LIFETIME_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
     pub cursor_lifetime_secs: u64,
+    /// Issue sync tokens in the format the release before this one reads, without the
+    /// database history they were issued in: only while processes of that release still
+    /// serve beside this one (a rolling upgrade), which refuse this release's tokens.
+    #[arg(long, env = "LECTERN_SYNC_TOKENS_IN_PREVIOUS_FORMAT", value_parser = clap::builder::BoolishValueParser::new())]
+    pub sync_tokens_in_previous_format: bool,
     /// Searches in workspaces with fewer active records than this walk them in order on
     /// one generic plan instead of being planned for each term; 0 turns walks off.
     #[arg(long, env = "LECTERN_SEARCH_WALK_BELOW", default_value_t = WalkSettings::default().below_rows)]
@@ -345,6 +350,7 @@ impl ServeArgs {
             cursor_secret: self.secrets.cursor_secret()?,
             previous_cursor_secrets: self.secrets.previous_cursor_secrets()?,
             cursor_lifetime: Duration::from_secs(self.cursor_lifetime_secs),
+            sync_tokens_in_previous_format: self.sync_tokens_in_previous_format,
             per_key: self.rate_limits.per_key(),
             lookups_per_address: self.rate_limits.lookups_per_address(),
             walks: self.walk_settings(),

@@ -36,6 +36,8 @@ pub struct TestApp {
 pub struct AppOptions {
     pub environment: Environment,
     pub cursor_lifetime: Duration,
+    /// Sync tokens as the release before histories reads them.
+    pub sync_tokens_in_previous_format: bool,
     /// Per-key limit; generous by default so tests that are not about limits never meet one.
     pub per_key: Policy,
     /// Uncached key lookups per client address (every test client is 127.0.0.1).
@@ -86,6 +88,7 @@ impl AppOptions {
             cursor_secret: SecretString::from(self.cursor_secret.clone()),
             previous_cursor_secrets: self.previous_cursor_secrets.iter().cloned().map(SecretString::from).collect(),
             cursor_lifetime: self.cursor_lifetime,
+            sync_tokens_in_previous_format: self.sync_tokens_in_previous_format,
             per_key: self.per_key,
             lookups_per_address: self.lookups_per_address,
             walks: self.walks,
@@ -107,6 +110,7 @@ impl Default for AppOptions {
         Self {
             environment: Environment::Live,
             cursor_lifetime: Duration::from_secs(86_400),
+            sync_tokens_in_previous_format: false,
             per_key: generous_policy(),
             lookups_per_address: generous_policy(),
             walks: WalkSettings::default(),

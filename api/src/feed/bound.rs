@@ -98,6 +98,8 @@ pub struct FeedBound {
     recent: Mutex<VecDeque<Bound>>,
     /// Told the history of every sample.
     history: std::sync::Arc<ServerHistory>,
+    /// Samples taken so far (what the metric counts, for this process alone).
+    samples: std::sync::atomic::AtomicU64,
 }
 
 impl FeedBound {
@@ -111,7 +113,13 @@ impl FeedBound {
             process: format!("lectern-api-{}", uuid::Uuid::new_v4().simple()),
             recent: Mutex::default(),
             history,
+            samples: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Samples taken so far by this process: each is a write committed synchronously.
+    pub fn samples(&self) -> u64 {
+        self.samples.load(Ordering::Relaxed)
     }
 
     /// The newest bound sampled, if any; only ever grows within a history.
@@ -195,6 +203,7 @@ impl FeedBound {
             Err(_) => return Err(sqlx::Error::PoolTimedOut),
         };
         metrics::counter!(FEED_BOUND_SAMPLES).increment(1);
+        self.samples.fetch_add(1, Ordering::Relaxed);
         // Another history than the last sample's: everything known of that one is dropped
         // (`new_history`, below) before this sample is published.
         self.history.saw(Some(history), "a sample of the feed's bound");

@@ -332,3 +332,31 @@ async fn a_revocation_ends_a_wait_at_once() {
     // The bound is a second; generous here, far below the 30 s the request asked to wait.
     assert!(took < Duration::from_secs(5), "refused {took:?} after the revocation, not at once");
 }
+
+/// The rule: a waiting request keeps the feed it waits on. Its key is moved to another
+/// workspace while it waits (the key's record changes, which wakes it to check the key
+/// again): it is refused with `startOver`, never answered from the other workspace's feed
+/// at this one's position.
+#[tokio::test]
+async fn a_waiting_request_whose_key_moves_to_another_workspace_is_refused_not_served_the_other_feed() {
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let (_, key) = app.workspace_with_key().await;
+    let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
+    let waiting = send(&app, &key, format!("{CONTACTS}?since={since}&wait=20"));
+    settle().await;
+
+    let other = Uuid::new_v4();
+    let key_id = key.split('_').nth(2).expect("lk_<environment>_<key id>_<secret>");
+    sqlx::query("update api_keys set workspace_id = $1 where id = $2")
+        .bind(other)
+        .bind(key_id)
+        .execute(&db.pool)
+        .await
+        .expect("move the key to another workspace");
+    ContactSeed::named("In the other workspace").insert(&db.pool, other).await;
+    let (reply, _) = waiting.await.expect("the request");
+    reply.assert_error(400, "VALIDATION_ERROR");
+    assert_eq!(reply.body["error"]["details"]["parameter"], "since", "{}", reply.text);
+    assert_eq!(reply.body["error"]["details"]["startOver"], true, "{}", reply.text);
+}

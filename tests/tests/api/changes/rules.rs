@@ -105,6 +105,45 @@ async fn latest_returns_no_data_and_a_token_at_the_newest_change() {
     assert_eq!(listed.iter().map(|page| page["data"].as_array().map_or(0, Vec::len)).sum::<usize>(), 3);
 }
 
+/// The rule: `latest` is answered from a bound sampled moments ago and shared, never one
+/// sampled (a write committed synchronously) per request. While a writer commits every few
+/// milliseconds, 200 `latest` requests take at most a few samples a second between them;
+/// each token still repeats, never skips: following it serves the changes made after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_under_a_stream_of_writes_shares_recent_samples_instead_of_writing_once_per_request() {
+    const REQUESTS: u64 = 200;
+    let db = TestDatabase::create().await;
+    let app = TestApp::spawn(db.pool.clone()).await;
+    let state = app.state.as_ref().expect("an in-process app");
+    let (workspace, key) = app.workspace_with_key().await;
+    app.heard_every_commit().await;
+    let writing = tokio::spawn({
+        let pool = db.pool.clone();
+        async move {
+            for index in 0.. {
+                ContactSeed::named(&format!("Written meanwhile {index}")).insert(&pool, workspace).await;
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let before = state.feeds.bound.samples();
+    let started = std::time::Instant::now();
+    let mut last = None;
+    for _ in 0..REQUESTS {
+        let reply = app.get(&key, &format!("{CONTACTS}?since=latest")).await;
+        reply.assert_ok();
+        last = Some(token(&reply));
+    }
+    let samples = state.feeds.bound.samples() - before;
+    let seconds = started.elapsed().as_secs_f64();
+    let after_last = ContactSeed::named("After the last latest").insert(&db.pool, workspace).await;
+    writing.abort();
+    let most = (seconds / lectern_api::feed::bound::LATEST_WITHIN.as_secs_f64()).ceil() as u64 + 2;
+    assert!(samples <= most, "{samples} samples for {REQUESTS} `latest` requests in {seconds:.1} s (at most {most})");
+    let (entries, _) = follow(&app, &key, CONTACTS, last.as_deref(), 100).await;
+    assert!(ids(&entries).contains(&after_last.to_string()), "a change after `latest` was skipped");
+}
+
 #[tokio::test]
 async fn the_limit_cuts_the_feed_and_has_more_says_more_changes_are_ready() {
     let db = TestDatabase::create().await;
