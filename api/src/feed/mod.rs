@@ -409,15 +409,21 @@ impl<R: Resource> Feed<'_, R> {
                 fetch_changes::<R>(&self.state.reads, workspace_id, since, rows, seen, bound, known.is_some()).await?;
             Ok::<_, ApiError>((ticket, Arc::new(changes), None))
         };
+        // Shared with every request looking at the same page below the same bound meanwhile.
+        // Requests woken together stand at WAL positions their own earlier looks read at,
+        // each a little apart; they matter only where a replica may serve.
+        let shared_seen = if self.state.reads.has_replicas() { seen } else { 0 };
+        let read_below = |bound: Bound| async move {
+            match self.read_shared(ReadKey::new(key, shared_seen, bound, known.is_some()), bound).await {
+                Some(shared) => Ok((shared.ticket, shared.changes.clone(), None)),
+                None => read(bound).await,
+            }
+        };
         let (mut ticket, mut changes, mut written) = match self.state.read_ahead.take(&key, heads).await {
             Some((ticket, read)) => (ticket, Arc::new(read.changes), Some(read.data)),
             None => {
                 let bound = self.state.bound.for_reading(&self.state.pool).await?;
-                let bound = self.replica_can_serve(since, bound);
-                match self.read_shared(ReadKey::new(key, seen, bound, known.is_some()), bound).await {
-                    Some(read) => (read.ticket, read.changes.clone(), None),
-                    None => read(bound).await?,
-                }
+                read_below(self.replica_can_serve(since, bound)).await?
             }
         };
         // A change at or past the bound read below is committed but was not let through:
@@ -426,7 +432,7 @@ impl<R: Resource> Feed<'_, R> {
         if changes.rows.len() <= limit && newest >= changes.bound {
             let fresh = self.state.bound.sampled_since(&self.state.pool, began).await?;
             if fresh.position > changes.bound || fresh.history != changes.history {
-                (ticket, changes, written) = read(fresh).await?;
+                (ticket, changes, written) = read_below(fresh).await?;
             }
         }
         // Read on a connection to another server than the bound was sampled on: its rows are

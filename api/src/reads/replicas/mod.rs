@@ -195,6 +195,12 @@ impl Reads {
         }
     }
 
+    /// Whether any replica may serve: without one, every read is the primary's, and where a
+    /// reader's WAL position stands makes no difference to it.
+    pub fn has_replicas(&self) -> bool {
+        !self.replicas.is_empty()
+    }
+
     /// Every replica as last seen.
     pub fn replica_statuses(&self) -> Vec<ReplicaStatus> {
         self.replicas.iter().map(|replica| replica.status().clone()).collect()
