@@ -45,8 +45,9 @@ fn degraded(readiness: &Value) -> Vec<String> {
 /// The rules: acknowledged events a restore made the database forget, which the stream
 /// aged out meanwhile, are (1) recorded as lost, not as held: `status` says `lostEvents`
 /// and no longer `acknowledgedNotHeld`; (2) named in an ERROR line; (3) counted by the
-/// metrics; (4) shown by readiness, degraded but ready; until (5) an operator accepts them
-/// with `lost-events accept`, after `lost-events list` named them.
+/// metrics; (4) shown by readiness, degraded but ready; (5) named by `verify`, which cannot
+/// tell without them; until (6) an operator accepts them with `lost-events accept`, after
+/// `lost-events list` named them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_events_the_stream_aged_out_raise_the_lost_events_alarm_until_accepted() {
     let original = TestPostgres::start_new().await;
@@ -108,6 +109,16 @@ async fn acknowledged_events_the_stream_aged_out_raise_the_lost_events_alarm_unt
     let listed: Value = serde_json::from_str(listed.stdout.trim()).expect("a JSON list");
     assert_eq!(listed[0]["events"], 10, "{listed}");
     assert_eq!(listed[0]["sequences"], "{[21,31)}", "{listed}");
+
+    // verify cannot compare what the stream no longer holds, and says what was lost.
+    let verify = run_command(&nats.url, &restored.url(), &["verify"], &[], None).await;
+    assert_eq!(verify.code, Some(2), "{}\n{}", verify.stdout, verify.stderr);
+    assert!(
+        format!("{}{}", verify.stdout, verify.stderr).contains("10 acknowledged event(s) are recorded as lost"),
+        "verify does not name the lost events: {}\n{}",
+        verify.stdout,
+        verify.stderr
+    );
 
     let accepted = run_command(&nats.url, &restored.url(), &["lost-events", "accept"], &[], None).await;
     accepted.assert_success();
