@@ -4,12 +4,19 @@
 //! again from the same token: fifty waiting in a workspace would read the same page fifty
 //! times, queueing for the workspace's share of the connections. Instead, the first to
 //! look starts the read and those that look while it is under way, at the same position,
-//! below the same bound, join it.
+//! below the same bound or a newer one of the same history, join it: any bound sampled
+//! since the one a request holds serves it, and the sampler moves the bound while the
+//! requests woken by one change come through one after another.
 //!
 //! A joined read is served only as a read would find it now: no change of its feed
 //! announced since it began, the listener up throughout (the promise of a page read
 //! ahead, and of an empty poll answered from memory). Otherwise, and when the read
 //! failed, the request reads on its own and reports its own error.
+//!
+//! Requests woken together do not always look together: on a busy host they come through
+//! one after another, each after the one before has read. So a finished read is kept for
+//! [`KEPT_FOR`] and served, under the same promise, to those that look at the same page
+//! meanwhile.
 //!
 //! The read runs in whichever of its requests is polled, so it goes on when the one that
 //! started it is gone. The map holds weak handles: a read nobody waits for any more is
@@ -19,6 +26,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use futures_util::future::{BoxFuture, Shared, WeakShared};
 use futures_util::FutureExt;
@@ -33,9 +41,14 @@ use crate::reads::replicas::WalPosition;
 
 /// Entries past which a new read first sweeps the ones nobody waits for.
 const SWEEP_ABOVE: usize = 1_024;
+/// How long a finished read is served to requests that look at its page after it.
+pub const KEPT_FOR: Duration = Duration::from_millis(250);
+/// Finished reads kept at most: past it, those past [`KEPT_FOR`] are dropped as reads end.
+const KEEP_AT_MOST: usize = 16;
 
-/// Which read: the page `page`, by a reader that has seen `seen`, below `bound`, with the
-/// feed's head known (`head_known`: one statement) or not (two).
+/// Which read: the page `page`, by a reader that has seen `seen`, below `bound` (or a newer
+/// bound of its history), with the feed's head known (`head_known`: one statement) or not
+/// (two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReadKey {
     pub page: PageKey,
@@ -48,7 +61,14 @@ impl ReadKey {
     pub fn new(page: PageKey, seen: WalPosition, bound: Bound, head_known: bool) -> Self {
         Self { page, seen, bound, head_known }
     }
+
+    /// What a read is found by: all but the bound, which a joined read may exceed.
+    fn slot(&self) -> Slot {
+        (self.page, self.seen, self.head_known)
+    }
 }
+
+type Slot = (PageKey, WalPosition, bool);
 
 /// A finished read, and what tells whether it is still what a read would find.
 pub struct SharedRead {
@@ -64,13 +84,29 @@ type Read = Shared<BoxFuture<'static, Outcome>>;
 
 struct Entry {
     id: u64,
+    /// The bound the read is below.
+    bound: Bound,
     read: WeakShared<BoxFuture<'static, Outcome>>,
+    /// The read's result once it finished, and when.
+    finished: Option<(Instant, Arc<SharedRead>)>,
+}
+
+impl Entry {
+    /// What a request that looks now can be given: the read under way, or its result
+    /// while it is kept.
+    fn serving(&self) -> Option<Read> {
+        if let Some((at, result)) = &self.finished {
+            let result = result.clone();
+            return (at.elapsed() < KEPT_FOR).then(|| std::future::ready(Some(result)).boxed().shared());
+        }
+        self.read.upgrade()
+    }
 }
 
 /// The reads under way, shared by every request of a process.
 #[derive(Default)]
 pub struct SharedReads {
-    reads: Mutex<HashMap<ReadKey, Entry>>,
+    reads: Mutex<HashMap<Slot, Entry>>,
     next_id: AtomicU64,
     /// Reads started, for tests that count them.
     started: AtomicU64,
@@ -86,7 +122,7 @@ impl SharedReads {
     {
         let (id, shared, started_here) = self.join_or_start(key, heads, read);
         let outcome = shared.await;
-        self.forget(&key, id);
+        self.finish(&key, id, outcome.as_ref());
         let read = outcome?;
         // The one who started it began its read after it looked; one who joined may
         // have looked after the read began.
@@ -110,7 +146,10 @@ impl SharedReads {
         F: Future<Output = Option<Changes>> + Send + 'static,
     {
         let mut reads = self.lock();
-        if let Some((id, shared)) = reads.get(&key).and_then(|entry| Some((entry.id, entry.read.upgrade()?))) {
+        let serves =
+            |entry: &Entry| entry.bound.history == key.bound.history && entry.bound.position >= key.bound.position;
+        let joined = reads.get(&key.slot()).filter(|entry| serves(entry));
+        if let Some((id, shared)) = joined.and_then(|entry| Some((entry.id, entry.serving()?))) {
             return (id, shared, false);
         }
         if reads.len() >= SWEEP_ABOVE {
@@ -125,22 +164,35 @@ impl SharedReads {
                 .shared();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Some(read) = shared.downgrade() {
-            reads.insert(key, Entry { id, read });
+            reads.insert(key.slot(), Entry { id, bound: key.bound, read, finished: None });
         }
         self.started.fetch_add(1, Ordering::Release);
         (id, shared, true)
     }
 
-    /// Drops `key`'s entry if it is still read `id`: once finished, a read is joined only
-    /// by requests already waiting on it.
-    fn forget(&self, key: &ReadKey, id: u64) {
+    /// Keeps the result of read `id` in `key`'s entry, if it is still that read's, for
+    /// [`KEPT_FOR`]; a failed read's entry is dropped.
+    fn finish(&self, key: &ReadKey, id: u64, outcome: Option<&Arc<SharedRead>>) {
         let mut reads = self.lock();
-        if reads.get(key).is_some_and(|entry| entry.id == id) {
-            reads.remove(key);
+        let Some(entry) = reads.get_mut(&key.slot()).filter(|entry| entry.id == id) else { return };
+        match outcome {
+            Some(result) if entry.finished.is_none() => entry.finished = Some((Instant::now(), result.clone())),
+            Some(_) => {}
+            None => {
+                reads.remove(&key.slot());
+            }
+        }
+        if reads.len() > KEEP_AT_MOST {
+            reads.retain(|_, entry| {
+                entry
+                    .finished
+                    .as_ref()
+                    .map_or_else(|| entry.read.upgrade().is_some(), |(at, _)| at.elapsed() < KEPT_FOR)
+            });
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ReadKey, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Slot, Entry>> {
         // Every change is one insert, one remove or one retain: a poisoned lock holds a
         // consistent map.
         self.reads.lock().unwrap_or_else(PoisonError::into_inner)
