@@ -122,31 +122,37 @@ begin
 end;
 $$;
 
--- The registered history of the server this session is on, without registering it: null
--- on a standby, or on a primary nothing has been written in since its history began. What
--- a process compares, when it connects, with the history it knew.
-create function read_model_server_history() returns bigint language plpgsql stable as $$
+-- The history of the server this session is on, registering it on a primary (as its first
+-- write would): null only on a standby, which writes nothing. What a process compares, when
+-- it connects, with the history it knew; the session then names it in `lectern.history`,
+-- which a read can return at no cost to say which history it read in.
+create function read_model_server_history() returns bigint language plpgsql volatile as $$
 begin
     if pg_is_in_recovery() then
         return null;
     end if;
-    return (select h.history_id from read_model_histories as h
-            where h.system_identifier = (pg_control_system()).system_identifier
-              and h.timeline = read_model_timeline()
-              and h.database_oid = (select oid from pg_database where datname = current_database()));
+    return (select h.history_id from read_model_history() as h);
 end;
 $$;
 
 -- read_model_feed_bound, and the history the bound belongs to: a token carries it. The
--- bound's offset is the history's, from the same session's cache.
+-- bound's offset is the history's, from the same session's cache; the bound served is
+-- recorded against the history's id (siblings share a server and a timeline).
 create function read_model_feed_bound_in_history(record boolean default false, process text default 'lectern')
 returns table (bound bigint, wal_position bigint, history_id bigint) language sql volatile as $$
-    select b.bound, b.wal_position, h.history_id
-    from read_model_history() as h, read_model_feed_bound(record, process) as b
+    with history as (
+        select h.history_id from read_model_history() as h
+    ), sampled as (
+        select b.bound, b.wal_position from read_model_feed_bound(false, process) as b
+    ), recorded as (
+        update read_model_histories as h set bound_served = greatest(h.bound_served, sampled.bound)
+        from sampled, history where record and h.history_id = history.history_id
+    )
+    select sampled.bound, sampled.wal_position, history.history_id from sampled, history
 $$;
 
 -- A verify's result holds for the history it ran in; siblings share a system identifier
--- and a timeline, so the history's id is recorded too.
+-- and a timeline, so the history's id is recorded too, and compared first.
 alter table read_model_verifications add column history_id bigint default read_model_server_history();
 
 -- Lost events. The ledger (..._stream_ledger.sql) recorded bare stream sequences, and an

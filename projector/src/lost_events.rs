@@ -13,7 +13,7 @@
 
 use sqlx::{PgConnection, PgExecutor, PgPool};
 
-use crate::message::Span;
+use crate::message::{as_sequence, Span};
 use crate::stream::StreamId;
 
 /// Why the sequences are lost, as the table records it.
@@ -133,8 +133,4 @@ pub async fn describe(database: impl PgExecutor<'_>) -> Result<Option<String>, s
              accept the loss (`lectern-projector lost-events accept`)"
         )
     }))
-}
-
-fn as_sequence(sequence: u64) -> i64 {
-    i64::try_from(sequence).unwrap_or(i64::MAX)
 }

@@ -24,3 +24,8 @@ impl Span {
         self.last - self.first + 1
     }
 }
+
+/// A stream sequence as PostgreSQL's `int8` holds it (JetStream's never pass `i64::MAX`).
+pub fn as_sequence(sequence: u64) -> i64 {
+    i64::try_from(sequence).unwrap_or(i64::MAX)
+}

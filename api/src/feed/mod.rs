@@ -153,11 +153,10 @@ impl Feeds {
         let scope = FeedScope { resource: R::NAME, workspace_id };
         let feed = Feed::<R> { state: self, scope, request_id, resource: PhantomData };
         let mut waiting: Option<Waiting> = None;
-        // `since` stands in `history`; `seen`: the WAL position the client's last page was read
-        // at, so that no later page is read anywhere that has not replayed it.
-        // Set by every look, the first included: what it read was that history's.
-        let mut history: Option<HistoryId>;
-        let (mut since, mut seen, deadline) = match parking.and_then(Parking::take_resume) {
+        // Where the client stands: a position, the history it belongs to, and the WAL position
+        // its last page was read at (no later page is read anywhere that has not replayed it).
+        // Each look admits it into the history the database is in then.
+        let (mut standing, deadline) = match parking.and_then(Parking::take_resume) {
             Some(resume) => {
                 // The key was moved to another workspace while the request waited: where it
                 // stood belongs to the other workspace's feed.
@@ -169,8 +168,7 @@ impl Feeds {
                     Box::pin(self.authenticator.still_valid(caller)).await?;
                     return feed.body(write_data::<R>(&[])?, false, resume.standing);
                 }
-                let (since, seen) = Box::pin(feed.admit(resume.standing)).await?;
-                (since, seen, resume.deadline)
+                (resume.standing, resume.deadline)
             }
             None => {
                 let standing = match &params.since {
@@ -181,8 +179,7 @@ impl Feeds {
                     }
                     Some(Since::Token(token)) => self.tokens.open(token, feed.scope).map_err(ApiError::SinceRefused)?,
                 };
-                let (since, seen) = Box::pin(feed.admit(standing)).await?;
-                (since, seen, Instant::now() + params.wait.duration())
+                (standing, Instant::now() + params.wait.duration())
             }
         };
         let mut keys = self.authenticator.watch_keys();
@@ -194,12 +191,10 @@ impl Feeds {
             // bound that moves after the look lets it see what was committed but not final.
             let mut watch = self.heads.watch(feed.key());
             let mut bound = self.bound.watch();
-            let not_yet_served = match Box::pin(feed.look(since, seen, params.limit.get(), began)).await? {
+            let not_yet_served = match Box::pin(feed.look(standing, params.limit.get(), began)).await? {
                 Look::Page(page) => return Ok(page),
-                Look::Nothing { caught_up, not_yet_served, read_at, history: read_in } => {
-                    since = caught_up;
-                    seen = read_at;
-                    history = Some(read_in);
+                Look::Nothing { caught_up, not_yet_served, read_at, history } => {
+                    standing = Standing { position: caught_up, history: Some(history), read_at };
                     not_yet_served
                 }
             };
@@ -215,13 +210,7 @@ impl Feeds {
             };
             if let Some(parking) = parking {
                 parking.park(Parked {
-                    resume: Resume {
-                        standing: Standing { position: since, history, read_at: seen },
-                        scope,
-                        deadline,
-                        waiting: counted,
-                        out_of_time: false,
-                    },
+                    resume: Resume { standing, scope, deadline, waiting: counted, out_of_time: false },
                     head: watch,
                     bound,
                     keys,
@@ -241,14 +230,24 @@ impl Feeds {
                 () = bound.moved(), if not_yet_served => {}
                 () = keys.changed() => {}
             }
-            // The history may have changed while it waited: where it stands is looked at again.
-            (since, seen) = Box::pin(feed.admit(Standing { position: since, history, read_at: seen })).await?;
         }
         if waiting.is_some() {
             Box::pin(self.authenticator.still_valid(caller)).await?;
         }
-        feed.body(write_data::<R>(&[])?, false, Standing { position: since, history, read_at: seen })
+        feed.body(write_data::<R>(&[])?, false, standing)
     }
+}
+
+/// Where a look starts, once a token's history was found to be the database's or one it
+/// descends from.
+#[derive(Clone, Copy, Debug)]
+struct Admitted {
+    since: FeedPosition,
+    /// The WAL position to read at least at (0 when the token's is another history's).
+    seen: WalPosition,
+    /// The history it was admitted into; `None` for a token without one (the formats
+    /// before histories, or none at all), which any history serves.
+    within: Option<HistoryId>,
 }
 
 /// What a look at a feed found.
@@ -311,15 +310,17 @@ impl<R: Resource> Feed<'_, R> {
     /// one the database is in now or one it descends from ([`lineage`]). A position of an
     /// earlier history is kept, its WAL position is not (it is another history's WAL).
     /// Tokens of the formats before histories carry none and are taken as they always were.
-    async fn admit(&self, standing: Standing) -> Result<(FeedPosition, WalPosition), ApiError> {
-        let Some(history) = standing.history else { return Ok((standing.position, standing.read_at)) };
+    async fn admit(&self, standing: Standing) -> Result<Admitted, ApiError> {
+        let Some(history) = standing.history else {
+            return Ok(Admitted { since: standing.position, seen: standing.read_at, within: None });
+        };
         let state = self.state;
         let mut current = match state.bound.current() {
             Some(bound) => bound.history,
             None => state.bound.for_reading(&state.pool).await?.history,
         };
         if current == history {
-            return Ok((standing.position, standing.read_at));
+            return Ok(Admitted { since: standing.position, seen: standing.read_at, within: Some(current) });
         }
         // Asked in the history this process saw last; then, when the database is no longer in
         // it or it does not descend from the token's (this process may be the one behind), in
@@ -327,7 +328,7 @@ impl<R: Resource> Feed<'_, R> {
         let mut sampled = false;
         for _ in 0..LOOKS_ACROSS_HISTORIES {
             match state.lineage.descends(&state.pool, current, history).await? {
-                Some(true) => return Ok((standing.position, 0)),
+                Some(true) => return Ok(Admitted { since: standing.position, seen: 0, within: Some(current) }),
                 Some(false) if sampled => {
                     tracing::warn!(
                         resource = R::NAME,
@@ -345,24 +346,21 @@ impl<R: Resource> Feed<'_, R> {
             current = state.bound.sampled_since(&state.pool, std::time::Instant::now()).await?.history;
             sampled = true;
             if current == history {
-                return Ok((standing.position, standing.read_at));
+                return Ok(Admitted { since: standing.position, seen: standing.read_at, within: Some(current) });
             }
         }
         Err(history_keeps_changing())
     }
 
-    /// The page of up to `limit` changes after `since`, or how far there is nothing (see
-    /// [`Feed::look_once`]); looked at again when the database turned out to be in another
-    /// history than the bound it was read below.
-    async fn look(
-        &self,
-        since: FeedPosition,
-        seen: WalPosition,
-        limit: usize,
-        began: std::time::Instant,
-    ) -> Result<Look, ApiError> {
+    /// The page of up to `limit` changes after `standing`, or how far there is nothing (see
+    /// [`Feed::look_once`]), once `standing` is admitted into the history the database is in.
+    /// When the look finds the database in another history than the one it was admitted
+    /// into, it is admitted again there (and refused if it does not belong there) before the
+    /// next look: a position is never read in a history it was not checked for.
+    async fn look(&self, standing: Standing, limit: usize, began: std::time::Instant) -> Result<Look, ApiError> {
         for _ in 0..LOOKS_ACROSS_HISTORIES {
-            if let Some(look) = self.look_once(since, seen, limit, began).await? {
+            let admitted = self.admit(standing).await?;
+            if let Some(look) = self.look_once(admitted, limit, began).await? {
                 return Ok(look);
             }
         }
@@ -378,17 +376,22 @@ impl<R: Resource> Feed<'_, R> {
     /// the same address meanwhile): the process has dropped that bound by then.
     async fn look_once(
         &self,
-        since: FeedPosition,
-        seen: WalPosition,
+        admitted: Admitted,
         limit: usize,
         began: std::time::Instant,
     ) -> Result<Option<Look>, ApiError> {
+        let Admitted { since, seen, within } = admitted;
+        // A bound of another history than the one `since` was admitted into: admitted again.
+        let elsewhere = |history: HistoryId| within.is_some_and(|within| within != history);
         let heads = &self.state.heads;
         let known = heads.known(self.key());
         // A token at or past every bound this process has seen is looked up in the
         // database, which alone can tell whether it is from a history the database lost.
         let current = self.state.bound.current().filter(|bound| since.transaction < bound.position);
         if let (Some(bound), Some(newest)) = (current, known) {
+            if elsewhere(bound.history) {
+                return Ok(None);
+            }
             if FeedPosition::after_transaction(newest) <= since {
                 metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
                 return Ok(Some(Look::Nothing {
@@ -437,7 +440,8 @@ impl<R: Resource> Feed<'_, R> {
         }
         // Read on a connection to another server than the bound was sampled on: its rows are
         // not that history's, and nothing they say is learnt.
-        if !self.state.history.is(changes.history) {
+        let read_elsewhere = changes.read_in.is_some_and(|read_in| read_in != changes.history);
+        if !self.state.history.is(changes.history) || elsewhere(changes.history) || read_elsewhere {
             return Ok(None);
         }
         if let Some(newest) = changes.newest {
@@ -451,8 +455,10 @@ impl<R: Resource> Feed<'_, R> {
         // Read to the end: everything below the bound is behind the client.
         let read_to = |position: FeedPosition| position.max(FeedPosition::below(changes.bound));
         let Some(last) = page.last() else {
-            if since.transaction >= changes.bound {
-                self.refuse_if_ahead_of_database(since, began).await?;
+            if since.transaction >= changes.bound
+                && !self.refuse_if_ahead_of_database(since, began, changes.history).await?
+            {
+                return Ok(None);
             }
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "database").increment(1);
             let caught_up = read_to(since);
@@ -499,12 +505,19 @@ impl<R: Resource> Feed<'_, R> {
     /// longer has: it went back to an earlier point without starting a new history (a copy
     /// of its data directory started as it was). Answering it with empty pages would leave
     /// the client waiting for positions the database will hand out again to other changes.
+    /// `Ok(false)`: the fresh sample is of another history than `history`, the one the look
+    /// read in, and tells nothing of it.
     async fn refuse_if_ahead_of_database(
         &self,
         since: FeedPosition,
         began: std::time::Instant,
-    ) -> Result<(), ApiError> {
+        history: HistoryId,
+    ) -> Result<bool, ApiError> {
         let fresh = self.state.bound.sampled_since(&self.state.pool, began).await?;
+        if fresh.history != history {
+            // The database changed history meanwhile: `since` is admitted into that one first.
+            return Ok(false);
+        }
         if since.transaction >= fresh.position {
             tracing::warn!(
                 resource = R::NAME,
@@ -516,7 +529,7 @@ impl<R: Resource> Feed<'_, R> {
             );
             return Err(ApiError::SinceRefused(token::TokenError::AheadOfDatabase));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// `bound`, or an older bound that a replica in the rotation has replayed when that one

@@ -36,7 +36,17 @@ pub struct Changes {
     pub newest: Option<i64>,
     /// Where in the WAL the rows were read.
     pub read_at: WalPosition,
+    /// The history the rows were read in, when the connection knows it (a primary's: see
+    /// [`READ_HISTORY`]); a replica's serves only while it holds the primary's history.
+    pub read_in: Option<HistoryId>,
 }
+
+/// The history the statement's session is in, as the session named it when it connected
+/// (`read_model_server_history()` caches it in `lectern.history`): a setting read, not a
+/// lookup. Behind one address a connection kept from before a change of server reads
+/// another history than the bound it reads below, and says so here.
+const READ_HISTORY: &str =
+    "nullif(split_part(current_setting('lectern.history', true), '/', 4), '')::int8 as read_history";
 
 /// The statement of a feed page; public so benchmarks run the very same SQL. Binds the
 /// workspace, the position after which to start (transaction, id), the number of rows and
@@ -45,10 +55,10 @@ pub struct Changes {
 /// Always one row at least: the bound, the feed's newest transaction and the position
 /// read at, with the page's rows (or nulls where there is none) beside them.
 pub fn changes_sql<R: Resource>() -> String {
-    // The record's columns first, where `Resource::record` reads them; the last six
+    // The record's columns first, where `Resource::record` reads them; the last seven
     // where `fetch_changes` reads them.
     format!(
-        "select page.*, feed.bound, feed.newest, {READ_POSITION} from \
+        "select page.*, feed.bound, feed.newest, {READ_HISTORY}, {READ_POSITION} from \
          (select $5::int8 as bound, \
                  (select {CHANGE_TRANSACTION} from {table} where workspace_id = $1 \
                   order by {CHANGE_TRANSACTION} desc limit 1) as newest) as feed \
@@ -70,7 +80,7 @@ pub fn changes_sql<R: Resource>() -> String {
 pub fn page_sql<R: Resource>() -> String {
     format!(
         "select {columns}, {CHANGE_TRANSACTION} as changed_in, status = 'active' as active, id as changed_id, \
-         $5::int8 as bound, null::int8 as newest, {READ_POSITION} \
+         $5::int8 as bound, null::int8 as newest, {READ_HISTORY}, {READ_POSITION} \
          from {table} where workspace_id = $1 and ({CHANGE_TRANSACTION}, id) > ($2, $3) \
          and {CHANGE_TRANSACTION} < $5 order by {CHANGE_TRANSACTION}, id limit $4",
         columns = R::COLUMNS,
@@ -127,16 +137,18 @@ async fn read_changes(reads: &Reads, sql: &str, reading: &Reading) -> Result<Cha
         })
         .await?;
     let read_at = read.position.unwrap_or(seen).max(seen);
-    let mut changes = Changes { rows: Vec::with_capacity(read.rows.len()), bound: 0, history, newest: None, read_at };
+    let mut changes =
+        Changes { rows: Vec::with_capacity(read.rows.len()), bound: 0, history, newest: None, read_at, read_in: None };
     for row in read.rows {
         // By position from the end, unchecked, as the records' own columns are read:
         // by name, the lookups per row cost a page about a tenth of its CPU.
         let last = row.len().saturating_sub(1);
-        changes.bound = row.try_get_unchecked(last.saturating_sub(2))?;
-        changes.newest = row.try_get_unchecked(last.saturating_sub(1))?;
-        let changed_in: Option<i64> = row.try_get_unchecked(last.saturating_sub(5))?;
-        let active: Option<bool> = row.try_get_unchecked(last.saturating_sub(4))?;
-        let id: Option<Uuid> = row.try_get_unchecked(last.saturating_sub(3))?;
+        changes.read_in = row.try_get_unchecked(last.saturating_sub(1))?;
+        changes.bound = row.try_get_unchecked(last.saturating_sub(3))?;
+        changes.newest = row.try_get_unchecked(last.saturating_sub(2))?;
+        let changed_in: Option<i64> = row.try_get_unchecked(last.saturating_sub(6))?;
+        let active: Option<bool> = row.try_get_unchecked(last.saturating_sub(5))?;
+        let id: Option<Uuid> = row.try_get_unchecked(last.saturating_sub(4))?;
         if let (Some(transaction), Some(active), Some(id)) = (changed_in, active, id) {
             changes.rows.push(ChangedRow { position: FeedPosition { transaction, id }, active, row });
         }

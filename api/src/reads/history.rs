@@ -7,7 +7,8 @@
 //! stable address (a DNS name, a virtual IP, a proxy) the database can change without the
 //! process being told: a failover, the old primary coming back, a restore. Every
 //! connection the process opens to the primary, the change listener's included, reports
-//! the history it found, and so does every sample of the feed's bound; when one differs
+//! the history it found (registering it, as the first write there would), and so does every
+//! sample of the feed's bound; when one differs
 //! from the last, every follower is told ([`Follower::new_history`]) and drops what it
 //! learnt from the other server: the feed's bound, heads and pages read ahead, the caches.
 //! A read whose bound belongs to another history than the one now seen is read again
@@ -30,8 +31,7 @@ pub type HistoryId = i64;
 /// What the process last saw, from which connection or sample.
 #[derive(Default)]
 pub struct ServerHistory {
-    /// The history last seen; 0 before the first look, or where the server had none
-    /// registered (nothing written in its history yet, or a standby).
+    /// The history last seen; 0 before the first.
     current: AtomicI64,
     /// Whether anything was seen yet: the first look is not a change.
     seen: Mutex<bool>,
@@ -57,10 +57,13 @@ impl ServerHistory {
         self.current.load(Ordering::Acquire) == history
     }
 
-    /// Takes in the history a connection or a sample found (`None`: none registered);
-    /// tells every follower when it is not the one seen before. Returns whether it changed.
+    /// Takes in the history a connection or a sample found; tells every follower when it is
+    /// not the one seen before, and returns whether it changed. `None` (a standby, or a
+    /// database without the schema) says nothing of the primary's history and changes
+    /// nothing: a pooler that reached a standby now and then must not reset everything each
+    /// time.
     pub fn saw(&self, history: Option<HistoryId>, where_seen: &str) -> bool {
-        let history = history.unwrap_or(0);
+        let Some(history) = history else { return false };
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let before = self.current.swap(history, Ordering::AcqRel);
         let first = !*seen;
@@ -135,9 +138,10 @@ mod tests {
         assert!(!history.saw(Some(7), "test"));
         assert_eq!(follower.told.load(Ordering::Relaxed), 0);
         assert!(history.saw(Some(9), "test"));
-        assert!(history.saw(None, "test"), "a server with no history registered is another server");
+        assert!(!history.saw(None, "test"), "a standby says nothing of the primary's history");
+        assert!(!history.saw(Some(9), "test"));
         assert!(history.saw(Some(7), "test"));
-        assert_eq!(follower.told.load(Ordering::Relaxed), 3);
+        assert_eq!(follower.told.load(Ordering::Relaxed), 2);
         assert!(history.is(7) && !history.is(9));
         assert_eq!(history.current(), Some(7));
     }

@@ -178,8 +178,9 @@ pub async fn run_watched(
                 // A stream deleted and created again has lost its consumer: both are made
                 // again, by name, so the handles every task holds find them.
                 if let Ok(found) = ensure_stream(&jetstream, settings.stream_replicas).await {
-                    if ensure_consumer(&found).await.is_ok() {
-                        stream_id = StreamId::of(found.cached_info());
+                    stream_id = StreamId::of(found.cached_info());
+                    if let Err(error) = ensure_consumer(&found).await {
+                        tracing::warn!(%error, "making the consumer again failed; retrying");
                     }
                 }
                 continue;

@@ -176,31 +176,29 @@ impl DurableAcks {
     }
 }
 
-/// The history of the database the last barrier connection reached (`None`: none registered
-/// yet, or not looked at).
+/// The history of the database the last barrier connection reached, once one reached a
+/// primary.
 #[derive(Default)]
-struct SeenHistory(Option<Option<i64>>);
+struct SeenHistory(Option<i64>);
 
 /// A barrier connection, and a look at the history of the database it reaches: behind a
 /// stable address the database can change between two connections (a failover, the old
 /// primary back, a restore). Batches the old connection witnessed are handed back by their
 /// generation whatever it finds; what it adds is telling operators. What the database lost
-/// meanwhile comes back through the ledger.
+/// meanwhile comes back through the ledger. A standby (no history) says nothing.
 async fn open_barrier(pool: &PgPool, seen: &mut SeenHistory) -> Result<PoolConnection<Postgres>, sqlx::Error> {
     let mut connection = pool.acquire().await?;
     let history: Option<i64> =
         sqlx::query_scalar("select read_model_server_history()").fetch_one(&mut *connection).await?;
-    if let Some(before) = seen.0.replace(history) {
-        if before != history {
-            crate::metrics::record_history_change();
-            tracing::warn!(
-                from = before,
-                to = history,
-                "the database is another history than before under the same address (a failover, the old primary \
-                 back, a restore); batches waiting for a flush are handed back, and the ledger applies again what \
-                 this one lacks"
-            );
-        }
+    let Some(history) = history else { return Ok(connection) };
+    if seen.0.replace(history).is_some_and(|before| before != history) {
+        crate::metrics::record_history_change();
+        tracing::warn!(
+            to = history,
+            "the database is another history than before under the same address (a failover, the old primary \
+             back, a restore); batches waiting for a flush are handed back, and the ledger applies again what \
+             this one lacks"
+        );
     }
     Ok(connection)
 }

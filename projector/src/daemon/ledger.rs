@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::apply::{apply_batch, CommitMode, Received};
 use crate::error::ProjectorError;
 use crate::lost_events::{self, Why};
+use crate::message::as_sequence;
 pub use crate::message::Span;
 use crate::repair::history::{read_through, subjects};
 use crate::stream::StreamId;
@@ -119,7 +120,16 @@ async fn follow(connection: &mut PgConnection, stream: StreamId) -> Result<Optio
             .bind(old.nanos())
             .execute(&mut *connection)
             .await?;
-        let lost = not_held(connection, old, followed.acknowledged_through).await?;
+        // What the ledger last saw acknowledged, or the highest it holds when that is later:
+        // the floor is noted once a turn, and the old stream's last seconds may be past it.
+        let highest_held: Option<i64> = sqlx::query_scalar(
+            "select max(upper(r) - 1) from read_model_applied, unnest(sequences) as r where stream = $1",
+        )
+        .bind(old.nanos())
+        .fetch_one(&mut *connection)
+        .await?;
+        let through = followed.acknowledged_through.max(highest_held.unwrap_or(0).unsigned_abs());
+        let lost = not_held(connection, old, through).await?;
         lost_events::record(connection, old, &lost, Why::StreamRecreated).await?;
         sqlx::query("delete from read_model_applied where stream = $1")
             .bind(old.nanos())
@@ -222,10 +232,6 @@ async fn record_span(connection: &mut PgConnection, stream: StreamId, span: Span
     .map(drop)
 }
 
-fn as_sequence(sequence: u64) -> i64 {
-    i64::try_from(sequence).unwrap_or(i64::MAX)
-}
-
 /// The consumer's acknowledgement floor: every message up to it is acknowledged.
 async fn acknowledged_through(consumer: &PullConsumer) -> Result<u64, ProjectorError> {
     let info = consumer.get_info().await.map_err(ProjectorError::nats("reading the consumer's acknowledgements"))?;
@@ -250,10 +256,16 @@ pub async fn reconcile(
     stream: &Stream,
     consumer: &PullConsumer,
 ) -> Result<Reconciled, ProjectorError> {
-    // First the acknowledgements, then the ledger (see the module's documentation).
+    // First the acknowledgements, then the ledger (see the module's documentation); and the
+    // stream on both sides of them: a floor read across a replacement of the stream is the old
+    // one's, and taken for the new one's it would make lost events of the new one's first.
+    let before = stream_now(stream).await?;
     let acknowledged_through = acknowledged_through(consumer).await?;
     let stream_id = stream_now(stream).await?;
     let mut reconciled = Reconciled { acknowledged_through, ..Reconciled::default() };
+    if before != stream_id {
+        return Ok(reconciled);
+    }
     let started: bool =
         sqlx::query_scalar("select exists (select from read_model_ledger where trusted_through is not null)")
             .fetch_one(&mut *connection)

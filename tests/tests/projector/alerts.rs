@@ -216,7 +216,7 @@ async fn a_drifted_verify_one_too_old_and_one_from_before_a_restore_show_in_the_
     assert!(too_old, "the timestamp never aged past the threshold:\n{}", projector.metrics().await.text);
 
     // As after a restore or a failover: the verify was recorded in another history.
-    sqlx::query("update read_model_verifications set timeline = timeline + 1")
+    sqlx::query("update read_model_verifications set timeline = timeline + 1, history_id = history_id + 1")
         .execute(&db.pool)
         .await
         .expect("move the verify into another history");

@@ -154,8 +154,9 @@ impl LastVerification {
 pub async fn last(pool: &PgPool) -> Result<Option<LastVerification>, sqlx::Error> {
     sqlx::query_as(
         "select finished_at, workspace_id, through_sequence, outcome, records, drifted, reason, \
-                coalesce(system_identifier = (pg_control_system()).system_identifier \
-                         and timeline = read_model_timeline(), true) as in_this_history \
+                case when history_id is not null then history_id is not distinct from read_model_server_history() \
+                     else coalesce(system_identifier = (pg_control_system()).system_identifier \
+                                   and timeline = read_model_timeline(), true) end as in_this_history \
          from read_model_verifications order by id desc limit 1",
     )
     .fetch_optional(pool)
