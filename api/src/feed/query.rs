@@ -45,8 +45,9 @@ pub struct Changes {
 /// (`read_model_server_history()` caches it in `lectern.history`): a setting read, not a
 /// lookup. Behind one address a connection kept from before a change of server reads
 /// another history than the bound it reads below, and says so here.
+/// A sub-select, so it is evaluated once per statement, not per row.
 const READ_HISTORY: &str =
-    "nullif(split_part(current_setting('lectern.history', true), '/', 4), '')::int8 as read_history";
+    "(select nullif(split_part(current_setting('lectern.history', true), '/', 4), '')::int8) as read_history";
 
 /// The statement of a feed page; public so benchmarks run the very same SQL. Binds the
 /// workspace, the position after which to start (transaction, id), the number of rows and
