@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use poem::http::StatusCode;
 
-use crate::feed::token::TokenError;
+/// A feature's reason for a refusal, kept as the error's source: features convert their
+/// own errors into [`ApiError`], so this type knows none of them.
+pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -15,8 +17,9 @@ pub enum ApiError {
     Validation { message: String, details: Vec<String> },
     /// 400 `VALIDATION_ERROR`: the feed cannot continue from `since`; `details` says so in
     /// a form a client can act on without reading the text: start over without `since`.
+    /// The refusal is the feed's (its text completes the sentence).
     #[error("Invalid request: `since` {0}")]
-    SinceRefused(#[source] TokenError),
+    SinceRefused(#[source] Refusal),
     /// 401 `UNAUTHORIZED`: no usable API key. The text never repeats the key.
     #[error("{0}")]
     Unauthorized(&'static str),
@@ -146,7 +149,7 @@ pub struct RefusedSyncToken {
 }
 
 impl RefusedSyncToken {
-    fn new(problem: &TokenError) -> Self {
+    fn new(problem: &Refusal) -> Self {
         Self { parameter: "since".to_owned(), problem: problem.to_string(), start_over: true }
     }
 }
@@ -307,12 +310,14 @@ pub enum CommandError {
         "delivery {pending} of the same endpoint and resource is pending and announces the same changes: nothing was scheduled (see `webhooks deliveries`)"
     )]
     DeliveryPending { pending: String },
-    /// `webhooks create` was given a URL deliveries may not go to.
-    #[error("refused webhook URL: {0}")]
-    WebhookTarget(#[source] crate::webhooks::target::TargetError),
-    /// An endpoint's sealed secret does not open with the configured peppers.
-    #[error("{0}")]
-    WebhookSecret(#[source] crate::webhooks::secret::SealError),
+    /// A command refused its input or the state it found (a webhook URL deliveries may not
+    /// go to, a sealed secret the configured peppers do not open): `what` names it.
+    #[error("{what}: {source}")]
+    Refused {
+        what: &'static str,
+        #[source]
+        source: Refusal,
+    },
     /// `healthcheck` found the service unhealthy or unreachable.
     #[error("unhealthy: {0}")]
     Unhealthy(#[source] lectern_runtime::probe::ProbeError),

@@ -173,7 +173,12 @@ fn found_or(found: bool, id: Uuid, done: &str) -> Result<(), CommandError> {
 
 async fn create(args: CreateArgs) -> Result<(), CommandError> {
     let peppers = args.secrets.peppers()?;
-    let url = args.targets.policy().check(&args.url).await.map_err(CommandError::WebhookTarget)?;
+    let url = args
+        .targets
+        .policy()
+        .check(&args.url)
+        .await
+        .map_err(|error| CommandError::Refused { what: "refused webhook URL", source: Box::new(error) })?;
     let pool = connect(&args.database).await?;
     let (id, secret) = store::create(&pool, &peppers, args.workspace, url.as_str(), &args.resources)
         .await
@@ -248,7 +253,9 @@ async fn rotate(args: RotateArgs) -> Result<(), CommandError> {
         Ok(Some(secret)) => secret,
         Ok(None) => return Err(CommandError::NoSuchEndpoint(args.id)),
         Err(RotateError::Database(source)) => return Err(database_error(&args.database.database_url, source)),
-        Err(RotateError::Secret(error)) => return Err(CommandError::WebhookSecret(error)),
+        Err(RotateError::Secret(error)) => {
+            return Err(CommandError::Refused { what: "webhook signing secret", source: Box::new(error) })
+        }
     };
     match args.output {
         Output::Json => write_stdout(&format!(

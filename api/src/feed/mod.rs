@@ -161,7 +161,7 @@ impl Feeds {
                 // The key was moved to another workspace while the request waited: where it
                 // stood belongs to the other workspace's feed.
                 if resume.scope != scope {
-                    return Err(ApiError::SinceRefused(TokenError::Mismatch));
+                    return Err(ApiError::from(TokenError::Mismatch));
                 }
                 waiting = Some(resume.waiting);
                 if resume.out_of_time {
@@ -177,7 +177,7 @@ impl Feeds {
                         let latest = Box::pin(feed.latest(began)).await?;
                         return feed.body(write_data::<R>(&[])?, false, latest);
                     }
-                    Some(Since::Token(token)) => self.tokens.open(token, feed.scope).map_err(ApiError::SinceRefused)?,
+                    Some(Since::Token(token)) => self.tokens.open(token, feed.scope).map_err(ApiError::from)?,
                 };
                 (standing, Instant::now() + params.wait.duration())
             }
@@ -339,7 +339,7 @@ impl<R: Resource> Feed<'_, R> {
                          another restore of the same backup, or the primary this one replaced); the client is told \
                          to start over"
                     );
-                    return Err(ApiError::SinceRefused(TokenError::FromAnotherHistory));
+                    return Err(ApiError::from(TokenError::FromAnotherHistory));
                 }
                 Some(false) | None => {}
             }
@@ -527,7 +527,7 @@ impl<R: Resource> Feed<'_, R> {
                 "a sync token is ahead of the database: it was restored to an earlier point without a new history; \
                  the client is told to start over"
             );
-            return Err(ApiError::SinceRefused(token::TokenError::AheadOfDatabase));
+            return Err(ApiError::from(TokenError::AheadOfDatabase));
         }
         Ok(true)
     }

@@ -23,6 +23,7 @@ use base64::Engine;
 use uuid::Uuid;
 
 use super::position::FeedPosition;
+use crate::error::ApiError;
 use crate::reads::history::HistoryId;
 use crate::reads::replicas::WalPosition;
 use crate::signing::{SigningSecrets, TAG_LEN};
@@ -329,5 +330,11 @@ mod tests {
         body.extend_from_slice(&0_i64.to_be_bytes());
         body.extend_from_slice(&0_i64.to_be_bytes());
         assert_eq!(tokens().open(&signed(workspace, body), scope(workspace)), Err(TokenError::Malformed));
+    }
+}
+
+impl From<TokenError> for ApiError {
+    fn from(refused: TokenError) -> Self {
+        Self::SinceRefused(Box::new(refused))
     }
 }
