@@ -42,7 +42,7 @@ pub struct AppState {
     /// changes under the same address.
     pub history: Arc<ServerHistory>,
     pub listing: Listing,
-    pub feeds: Feeds,
+    pub feeds: Arc<Feeds>,
     pub retrieves: Retrieves,
     /// Webhook deliveries for the endpoints this process holds.
     pub webhooks: Arc<Deliverer>,
@@ -103,8 +103,14 @@ impl AppState {
         let shutdown = CancellationToken::new();
         let signing = SigningSecrets::new(settings.cursor_secret, settings.previous_cursor_secrets);
         let tokens = SyncTokens::new(signing.clone()).in_previous_format(settings.sync_tokens_in_previous_format);
-        let feeds =
-            Feeds::new(pool.clone(), reads.clone(), tokens, authenticator.clone(), history.clone(), shutdown.clone());
+        let feeds = Arc::new(Feeds::new(
+            pool.clone(),
+            reads.clone(),
+            tokens,
+            authenticator.clone(),
+            history.clone(),
+            shutdown.clone(),
+        ));
         let webhooks = Arc::new(Deliverer::new(&pool, webhook_peppers, settings.webhooks, feeds.bound.clone()));
         let state = Self {
             listing: Listing::new(reads.clone(), CursorSigner::new(signing, settings.cursor_lifetime), settings.walks),

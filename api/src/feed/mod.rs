@@ -20,7 +20,7 @@
 //! - [`bound`]: the position below which every row is committed, durable and final.
 //! - [`lineage`]: the histories the database descends from; which tokens continue here.
 //! - [`heads`]: each feed's newest position, kept by notifications; waiting requests.
-//! - [`parking`]: a waiting request held outside its stack.
+//! - [`waiting`]: a long poll's wait: the request parked, and its next answer.
 //! - [`read_ahead`]: the page after a full one, read before its client asks.
 //! - [`shared_reads`]: one read for the requests looking at the same page at once.
 
@@ -28,14 +28,16 @@ pub mod bound;
 pub mod heads;
 pub mod lineage;
 pub mod params;
-pub mod parking;
 pub mod position;
 pub mod query;
 pub mod read_ahead;
 pub mod shared_reads;
 pub mod token;
+pub mod waiting;
 
 use std::marker::PhantomData;
+
+use futures_util::future::BoxFuture;
 
 use lectern_schema::json::{write_str, WriteJson};
 use tokio::time::Instant;
@@ -56,12 +58,12 @@ use bound::{Bound, FeedBound};
 use heads::{FeedHeads, FeedKey, Waiting};
 use lineage::Lineage;
 use params::{FeedLimit, Since, WaitSeconds};
-use parking::{Parked, Parking, Resume};
 use position::FeedPosition;
 use query::{fetch_changes, ChangedRow};
 use read_ahead::{PageKey, ReadAhead, ReadPage};
 use shared_reads::{ReadKey, SharedRead, SharedReads};
 use token::{FeedScope, Standing, SyncTokens, TokenError};
+use waiting::{Answer, Parked};
 
 /// The validated query of a feed operation.
 #[derive(Debug)]
@@ -128,114 +130,122 @@ impl Feeds {
         }
     }
 
-    /// The body of one feed page of `R` in the workspace of `caller`'s key, answering
-    /// request `request_id`. A request that waits checks the key again whenever a key
-    /// changes and before it answers: a key revoked while it waits is refused then, and
-    /// nothing changed after the revocation is served.
-    ///
-    /// Offered a `parking`, a request that would wait leaves a [`Parked`] record there
-    /// and returns an empty body at once, which is never sent: the envelope holds the
-    /// record and sends the request through again with where it stood.
+    /// One answer of the feed of `R` in the workspace of `caller`'s key, to request
+    /// `request_id`: a page, or, when nothing follows `since` and the request asks to
+    /// `wait`, the request parked ([`waiting`]) until its feed moves. A parked request
+    /// checks its key again before each look: a key revoked (or moved to another workspace)
+    /// while it waits is refused then, and nothing changed after that is served.
     ///
     /// Whatever touches the database is boxed: a future is as large as its largest
-    /// state, and a request spends up to 30 s in the smallest one, waiting, so inline
-    /// database futures would be held, unused, by every waiting request (see
-    /// `docs/architecture.md`, "What a waiting request costs").
+    /// state, so inline database futures would make every operation's future as large
+    /// (see `docs/architecture.md`, "What a waiting request costs").
     pub async fn page<R: Resource>(
-        &self,
+        self: &Arc<Self>,
         caller: &Principal,
         params: ChangesParams,
         request_id: &str,
-        parking: Option<&Parking>,
-    ) -> Result<Vec<u8>, ApiError> {
-        let workspace_id = caller.workspace_id;
+    ) -> Result<Answer, ApiError> {
         let began = std::time::Instant::now();
-        let scope = FeedScope { resource: R::NAME, workspace_id };
-        let feed = Feed::<R> { state: self, scope, request_id, resource: PhantomData };
-        let mut waiting: Option<Waiting> = None;
+        let scope = FeedScope { resource: R::NAME, workspace_id: caller.workspace_id };
         // Where the client stands: a position, the history it belongs to, and the WAL position
         // its last page was read at (no later page is read anywhere that has not replayed it).
         // Each look admits it into the history the database is in then.
-        let (mut standing, deadline) = match parking.and_then(Parking::take_resume) {
-            Some(resume) => {
-                // The key was moved to another workspace while the request waited: where it
-                // stood belongs to the other workspace's feed.
-                if resume.scope != scope {
-                    return Err(ApiError::from(TokenError::Mismatch));
-                }
-                waiting = Some(resume.waiting);
-                if resume.out_of_time {
-                    Box::pin(self.authenticator.still_valid(caller)).await?;
-                    return feed.body(write_data::<R>(&[])?, false, resume.standing);
-                }
-                (resume.standing, resume.deadline)
+        let standing = match &params.since {
+            None => Standing { position: FeedPosition::START, history: None, read_at: 0 },
+            Some(Since::Latest) => {
+                let feed = Feed::<R> { state: self, scope, request_id, resource: PhantomData };
+                let latest = Box::pin(feed.latest(began)).await?;
+                return feed.body(write_data::<R>(&[])?, false, latest).map(Answer::Page);
             }
-            None => {
-                let standing = match &params.since {
-                    None => Standing { position: FeedPosition::START, history: None, read_at: 0 },
-                    Some(Since::Latest) => {
-                        let latest = Box::pin(feed.latest(began)).await?;
-                        return feed.body(write_data::<R>(&[])?, false, latest);
-                    }
-                    Some(Since::Token(token)) => self.tokens.open(token, feed.scope).map_err(ApiError::from)?,
-                };
-                (standing, Instant::now() + params.wait.duration())
+            Some(Since::Token(token)) => self.tokens.open(token, scope).map_err(ApiError::from)?,
+        };
+        let looking = Looking {
+            standing,
+            limit: params.limit.get(),
+            deadline: Instant::now() + params.wait.duration(),
+            waiting: None,
+        };
+        Box::pin(self.look_or_wait::<R>(caller, request_id, looking)).await
+    }
+
+    /// A page after `looking.standing`, or, while there is none and the deadline is ahead,
+    /// the request parked.
+    async fn look_or_wait<R: Resource>(
+        self: &Arc<Self>,
+        caller: &Principal,
+        request_id: &str,
+        looking: Looking,
+    ) -> Result<Answer, ApiError> {
+        let began = std::time::Instant::now();
+        let scope = FeedScope { resource: R::NAME, workspace_id: caller.workspace_id };
+        let feed = Feed::<R> { state: self, scope, request_id, resource: PhantomData };
+        // Taken before looking, so that a change committed after the look wakes it, a bound
+        // that moves after the look lets it see what was committed but not final, and a key
+        // changed meanwhile is checked again.
+        let keys = self.authenticator.watch_keys();
+        let head = self.heads.watch(feed.key());
+        let bound = self.bound.watch();
+        let (standing, not_yet_served) = match Box::pin(feed.look(looking.standing, looking.limit, began)).await? {
+            Look::Page(page) => return Ok(Answer::Page(page)),
+            Look::Nothing { caught_up, not_yet_served, read_at, history } => {
+                (Standing { position: caught_up, history: Some(history), read_at }, not_yet_served)
             }
         };
-        let mut keys = self.authenticator.watch_keys();
-        loop {
-            if waiting.is_some() {
-                Box::pin(self.authenticator.still_valid(caller)).await?;
-            }
-            // Taken before looking, so that a change committed after the look wakes it, and a
-            // bound that moves after the look lets it see what was committed but not final.
-            let mut watch = self.heads.watch(feed.key());
-            let mut bound = self.bound.watch();
-            let not_yet_served = match Box::pin(feed.look(standing, params.limit.get(), began)).await? {
-                Look::Page(page) => return Ok(page),
-                Look::Nothing { caught_up, not_yet_served, read_at, history } => {
-                    standing = Standing { position: caught_up, history: Some(history), read_at };
-                    not_yet_served
-                }
-            };
-            if Instant::now() >= deadline || self.shutdown.is_cancelled() {
-                break;
-            }
-            let counted = match waiting.take() {
-                Some(counted) => counted,
-                None => self
-                    .heads
-                    .start_waiting(feed.key())
-                    .ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?,
-            };
-            if let Some(parking) = parking {
-                parking.park(Parked {
-                    resume: Resume { standing, scope, deadline, waiting: counted, out_of_time: false },
-                    head: watch,
-                    bound,
-                    keys,
-                    not_yet_served,
-                    shutdown: self.shutdown.clone(),
-                });
-                return Ok(Vec::new());
-            }
-            waiting = Some(counted);
-            tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => break,
-                () = tokio::time::sleep_until(deadline) => break,
-                () = watch.changed() => {}
-                // Rows committed but not yet below the bound (an older writer of the read model
-                // is still running): the one sampler of the process moves it, for every waiter.
-                () = bound.moved(), if not_yet_served => {}
-                () = keys.changed() => {}
-            }
+        if Instant::now() >= looking.deadline || self.shutdown.is_cancelled() {
+            return feed.body(write_data::<R>(&[])?, false, standing).map(Answer::Page);
         }
-        if waiting.is_some() {
-            Box::pin(self.authenticator.still_valid(caller)).await?;
-        }
-        feed.body(write_data::<R>(&[])?, false, standing)
+        let waiting = match looking.waiting {
+            Some(counted) => counted,
+            None => {
+                self.heads.start_waiting(feed.key()).ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?
+            }
+        };
+        Ok(Answer::Wait(Box::new(Parked {
+            feeds: self.clone(),
+            caller: caller.clone(),
+            request_id: request_id.into(),
+            standing,
+            scope,
+            limit: looking.limit,
+            deadline: looking.deadline,
+            waiting,
+            head,
+            bound,
+            keys,
+            not_yet_served,
+            out_of_time: false,
+            look_again: look_again::<R>,
+        })))
     }
+}
+
+/// Where a look at a feed starts and how long its request may wait.
+struct Looking {
+    standing: Standing,
+    limit: usize,
+    deadline: Instant,
+    /// Set for a request that already waited: it stays counted.
+    waiting: Option<Waiting>,
+}
+
+/// The next answer of `parked`, a request waiting on the feed of `R`, once its key is
+/// checked again.
+fn look_again<R: Resource>(parked: Box<Parked>) -> BoxFuture<'static, Result<Answer, ApiError>> {
+    Box::pin(async move {
+        let Parked { feeds, caller, request_id, standing, scope, limit, deadline, waiting, out_of_time, .. } = *parked;
+        let caller = Box::pin(feeds.authenticator.still_valid(&caller)).await?;
+        // The key was moved to another workspace while the request waited: where it stood
+        // belongs to the other workspace's feed.
+        if caller.workspace_id != scope.workspace_id {
+            return Err(ApiError::from(TokenError::Mismatch));
+        }
+        if out_of_time {
+            let feed = Feed::<R> { state: &feeds, scope, request_id: &request_id, resource: PhantomData };
+            return feed.body(write_data::<R>(&[])?, false, standing).map(Answer::Page);
+        }
+        let looking = Looking { standing, limit, deadline, waiting: Some(waiting) };
+        feeds.look_or_wait::<R>(&caller, &request_id, looking).await
+    })
 }
 
 /// Where a look starts, once a token's history was found to be the database's or one it
@@ -288,7 +298,8 @@ struct Feed<'a, R> {
     state: &'a Feeds,
     scope: FeedScope,
     request_id: &'a str,
-    resource: PhantomData<R>,
+    /// `fn() -> R`: a feed is `Send` and `Sync` whatever `R` is.
+    resource: PhantomData<fn() -> R>,
 }
 
 impl<R: Resource> Feed<'_, R> {

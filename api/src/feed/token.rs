@@ -182,6 +182,12 @@ fn scope_fields(scope: &FeedScope) -> [&[u8]; 3] {
     [LABEL, scope.resource.as_bytes(), scope.workspace_id.as_bytes()]
 }
 
+impl From<TokenError> for ApiError {
+    fn from(refused: TokenError) -> Self {
+        Self::SinceRefused(Box::new(refused))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use secrecy::SecretString;
@@ -330,11 +336,5 @@ mod tests {
         body.extend_from_slice(&0_i64.to_be_bytes());
         body.extend_from_slice(&0_i64.to_be_bytes());
         assert_eq!(tokens().open(&signed(workspace, body), scope(workspace)), Err(TokenError::Malformed));
-    }
-}
-
-impl From<TokenError> for ApiError {
-    fn from(refused: TokenError) -> Self {
-        Self::SinceRefused(Box::new(refused))
     }
 }

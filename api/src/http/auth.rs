@@ -14,7 +14,6 @@ use poem_openapi::SecurityScheme;
 use super::caller;
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::feed::parking::Parking;
 use crate::keys::{ParsedKey, Principal, Scope};
 
 /// The header the key travels in.
@@ -75,21 +74,15 @@ async fn authorize(request: &Request, presented: &str, scope: Scope) -> poem::Re
             return Err(refused.into());
         }
     };
-    // A long poll sent through again after it waited was counted on its first pass; its
-    // standing from then is still on record.
-    let resumed = request.data::<Parking>().is_some_and(Parking::is_resumed);
-    let standing = (!resumed).then(|| state.rate_limits.check_key(&principal.key_id));
+    let standing = state.rate_limits.check_key(&principal.key_id);
     caller::record(|caller| {
         caller.key_id = Some(principal.key_id.clone());
         caller.workspace_id = Some(principal.workspace_id);
-        if standing.is_some() {
-            caller.standing = standing;
-        }
+        caller.standing = Some(standing);
     });
-    if let Some(retry_after_secs) = standing.and_then(|standing| standing.retry_after_secs) {
+    if let Some(retry_after_secs) = standing.retry_after_secs {
         metrics::counter!(crate::metric_names::RATE_LIMITED, "limit" => "per_key").increment(1);
         return Err(ApiError::RateLimited { retry_after_secs }.into());
     }
-    principal.require(scope)?;
-    Ok(principal)
+    Ok(principal.authorized_for(scope)?)
 }

@@ -40,11 +40,6 @@ pub fn workspace_id() -> Option<uuid::Uuid> {
     CALLER.try_with(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).workspace_id).ok().flatten()
 }
 
-/// The current request's rate-limit standing, once counted.
-pub fn standing() -> Option<Standing> {
-    CALLER.try_with(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).standing).ok().flatten()
-}
-
 /// Updates the current request's caller record (no-op outside a request).
 pub fn record(update: impl FnOnce(&mut Caller)) {
     let _ = CALLER.try_with(|slot| update(&mut slot.lock().unwrap_or_else(PoisonError::into_inner)));

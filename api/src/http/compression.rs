@@ -2,27 +2,28 @@
 //! rules. poem's own middleware maps `*` to zstd (which we do not offer), picks a coding
 //! the client refused with `q=0`, and decompresses request bodies, none of which we want.
 
-use std::sync::Arc;
-
 use poem::http::header;
 use poem::web::{Compress, CompressionAlgo};
-use poem::{Endpoint, IntoResponse, Request, Response};
+use poem::{IntoResponse, Request, Response};
 
 /// Codings offered, best first (brotli is smaller; gzip is everywhere).
 const OFFERED: [(&str, CompressionAlgo); 2] = [("br", CompressionAlgo::BR), ("gzip", CompressionAlgo::GZIP)];
 
-/// Compresses the response when the client accepts one of the offered codings.
-pub async fn compress<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Result<Response> {
-    let chosen = request
+/// The coding a response to `request` is compressed with: the best offered one its
+/// `Accept-Encoding` accepts; `None` for identity.
+pub fn chosen_for(request: &Request) -> Option<CompressionAlgo> {
+    let accepted = request
         .headers()
         .get_all(header::ACCEPT_ENCODING)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .collect::<Vec<_>>()
         .join(",");
-    let algorithm = negotiate(&chosen);
-    // Boxed for the reason the envelope boxes its inner call.
-    let response = Box::pin(inner.call(request)).await?.into_response();
+    negotiate(&accepted)
+}
+
+/// `response` compressed with `algorithm`, if any.
+pub fn compressed(response: Response, algorithm: Option<CompressionAlgo>) -> Response {
     let mut response = match algorithm {
         Some(algorithm) => Compress::new(response, algorithm).into_response(),
         None => response,
@@ -30,7 +31,7 @@ pub async fn compress<E: Endpoint>(inner: Arc<E>, request: Request) -> poem::Res
     // Every response here depends on Accept-Encoding, the uncompressed ones too: a
     // cache in between must not hand a compressed body to a client that refused it.
     response.headers_mut().append(header::VARY, header::HeaderValue::from_static("accept-encoding"));
-    Ok(response)
+    response
 }
 
 /// The offered coding with the highest q-value the header allows (ties: our order);

@@ -12,13 +12,13 @@ use super::contracts::{
     feed_limit_example, id_example, limit_example, sort_example, wait_example, ChangeType, ChangesError, ChangesQuery,
     GetError, ListError, ListQuery, NoQuery, RecordId,
 };
+use super::long_poll::WaitSlot;
 use super::payload::{Described, JsonBody};
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::feed::params::{FeedLimit, Since, WaitSeconds};
-use crate::feed::parking::Parking;
 use crate::feed::ChangesParams;
 use crate::listing::page::PageInfo;
 use crate::listing::params::{CursorToken, Limit, SearchText, SortKey};
@@ -161,7 +161,7 @@ impl ContactsApi {
         &self,
         state: Data<&Arc<AppState>>,
         request_id: Data<&RequestId>,
-        parking: Option<Data<&Parking>>,
+        waits: Data<&WaitSlot>,
         key: ContactsReader,
         _strict: StrictQuery<ChangesQuery<Contacts>>,
         /// A `syncToken` of an earlier response of this operation, unchanged; `latest` for
@@ -176,17 +176,9 @@ impl ContactsApi {
         wait: Query<WaitSeconds>,
     ) -> Result<JsonBody<ContactChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
-        // Boxed, so that the operation's future is not as large as the feed's (a waiting
-        // request holds both).
-        Ok(JsonBody::assembled(
-            Box::pin(state.feeds.page::<Contacts>(
-                &key.0,
-                params,
-                request_id.as_str(),
-                parking.map(|parking| parking.0),
-            ))
-            .await?,
-        ))
+        // Boxed, so that the operation's future is not as large as the feed's.
+        let answer = Box::pin(state.feeds.page::<Contacts>(&key.0, params, request_id.as_str())).await?;
+        Ok(JsonBody::assembled(waits.body_of(answer)))
     }
 
     /// Retrieve an active contact

@@ -1,18 +1,21 @@
 //! The contract's error shape, and the outermost layer that guarantees it: every
 //! response (handler errors, poem's own 404/405/parse failures, panics) leaves with
-//! `{error:{code,message,details?},requestId}` and an `X-Request-Id` header.
+//! `{error:{code,message,details?},requestId}` and an `X-Request-Id` header, and every
+//! response is compressed for a client that accepts it.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
-use poem::http::{header, HeaderValue, StatusCode};
-use poem::{Endpoint, Request, Response};
+use poem::http::{header, HeaderValue, Method, StatusCode};
+use poem::web::CompressionAlgo;
+use poem::{Endpoint, IntoResponse, Request, Response};
 use poem_openapi::Object;
 
 use super::caller::{self, Caller};
-use super::long_poll::{self, Resumed};
+use super::compression;
+use super::long_poll::{DetachSlot, LongPoll, Passed, WaitSlot};
 use super::request_id::RequestId;
 use crate::error::{code_for_status, ApiError, ErrorCode, ErrorDetails};
 
@@ -107,97 +110,133 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 pub const KEY_CHALLENGE: &str = "ApiKey realm=\"lectern\", header=\"X-API-Key\"";
 
 /// Wraps the whole application: request id in, envelope and `X-Request-Id` out,
-/// panics caught, one log line per request.
+/// panics caught, compression negotiated, one log line per request. A request its feed
+/// parks ([`long_poll`]) leaves the same way once its wait ends.
 pub async fn envelope<E: Endpoint>(inner: Arc<E>, mut request: Request) -> poem::Result<Response> {
-    // A long poll its connection sends through again is the same request: it keeps when
-    // it began and where its key stood when it was counted.
-    let resumed = Resumed::of(&request);
-    let started = resumed.map_or_else(Instant::now, |resumed| resumed.started);
+    let started = Instant::now();
     keep_undecodable_path_literal(&mut request);
-    let request_id = match request.data::<RequestId>() {
-        // A parked request sent through again by its connection keeps its id.
-        Some(resumed) => resumed.clone(),
-        None => request
-            .headers()
-            .get("x-request-id")
-            .and_then(|value| value.to_str().ok())
-            .and_then(RequestId::from_client)
-            .unwrap_or_else(RequestId::generate),
-    };
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(RequestId::from_client)
+        .unwrap_or_else(RequestId::generate);
     // Operations hand it to their feature as an argument.
     request.set_data(request_id.clone());
-    let method = request.method().clone();
-    let route = crate::http::operations::route_of(request.uri().path());
+    let waits = WaitSlot::default();
+    request.set_data(waits.clone());
+    let detach = request.data::<Arc<DetachSlot>>().cloned();
+    let head_only = request.method() == Method::HEAD;
+    let leaving = Leaving {
+        request_id: request_id.clone(),
+        started,
+        method: request.method().clone(),
+        route: crate::http::operations::route_of(request.uri().path()),
+        encoding: compression::chosen_for(&request),
+    };
 
-    let (outcome, caller) = caller::scope(request_id.clone().scope(async {
+    let (passed, caller) = caller::scope(request_id.clone().scope(async {
         if head_size(&request) > MAX_HEAD_BYTES {
-            return json_response(
+            return Ok(Ok(json_response(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 &ErrorResponse::from_status(
                     StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                     format!("The request line and headers take more than {MAX_HEAD_BYTES} bytes."),
                     None,
                 ),
-            );
+            )));
         }
-        // Boxed, as everything this layer awaits: a parked long poll holds this layer's
-        // future for as long as it waits, so it must not carry the application's.
-        let result =
-            AssertUnwindSafe(Box::pin(long_poll::answer(inner.as_ref(), request, started))).catch_unwind().await;
-        match result {
-            Ok(Ok(response)) => response,
-            Ok(Err(error)) => render_error(error),
-            Err(_panic) => {
-                tracing::error!(request_id = %RequestId::current(), "request handler panicked");
-                json_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &ErrorResponse::from_status(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "An unexpected error occurred; it has been logged.".to_owned(),
-                        None,
-                    ),
-                )
-            }
-        }
+        // Boxed, as everything this layer awaits: inline, the whole application's future
+        // would be carried (and copied) by every layer outside it.
+        AssertUnwindSafe(Box::pin(inner.call(request)))
+            .catch_unwind()
+            .await
+            .map(|result| result.map(IntoResponse::into_response))
     }))
     .await;
+    let finish = move |passed: Passed| leaving.finish(rendered(passed), &caller);
+    let Some(parked) = waits.take() else {
+        return Ok(request_id.sync_scope(|| finish(passed)));
+    };
+    drop(passed);
+    let long_poll = LongPoll::new(parked, request_id, head_only, Box::new(finish));
+    match detach {
+        Some(slot) => {
+            // Its connection's task answers it from now on, and drops this future.
+            slot.hand_over(long_poll);
+            std::future::pending().await
+        }
+        None => Ok(Box::pin(long_poll.answered()).await),
+    }
+}
 
-    let mut response = outcome;
-    let mut caller = caller;
-    if caller.standing.is_none() {
-        caller.standing = resumed.and_then(|resumed| resumed.standing);
+/// The response of a pass through the application, in the contract's shape whatever it
+/// ended with.
+fn rendered(passed: Passed) -> Response {
+    match passed {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => render_error(error),
+        Err(_panic) => {
+            tracing::error!(request_id = %RequestId::current(), "request handler panicked");
+            json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &ErrorResponse::from_status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "An unexpected error occurred; it has been logged.".to_owned(),
+                    None,
+                ),
+            )
+        }
     }
-    let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(request_id.as_str()) {
-        headers.insert("x-request-id", value);
+}
+
+/// What a request's response leaves with, known when it arrived.
+struct Leaving {
+    request_id: RequestId,
+    started: Instant,
+    method: Method,
+    route: &'static str,
+    encoding: Option<CompressionAlgo>,
+}
+
+impl Leaving {
+    /// `response` with the headers every response carries, compressed when the client
+    /// accepts it; the request counted and logged.
+    fn finish(self, mut response: Response, caller: &Caller) -> Response {
+        let Self { request_id, started, method, route, encoding } = self;
+        let headers = response.headers_mut();
+        if let Ok(value) = HeaderValue::from_str(request_id.as_str()) {
+            headers.insert("x-request-id", value);
+        }
+        let status = response.status();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            // RFC 9110: a 405 names the methods the resource supports; every route is read-only.
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            // RFC 9110: a 401 names the scheme that would succeed.
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(KEY_CHALLENGE));
+        }
+        if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        rate_limit_headers(response.headers_mut(), status, caller);
+        // Keys belong on servers: browsers get no CORS grant, and nothing is cached or sniffed.
+        headers_for_every_response(response.headers_mut());
+        let response = compression::compressed(response, encoding);
+        let elapsed = started.elapsed();
+        crate::http::operations::record_request(route, method.as_str(), status.as_u16(), elapsed);
+        tracing::info!(
+            request_id = %request_id,
+            method = %method,
+            route,
+            status = status.as_u16(),
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            key_id = caller.key_id.as_deref().unwrap_or("-"),
+            "request"
+        );
+        response
     }
-    let status = response.status();
-    if status == StatusCode::METHOD_NOT_ALLOWED {
-        // RFC 9110: a 405 names the methods the resource supports; every route is read-only.
-        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-    }
-    if status == StatusCode::UNAUTHORIZED {
-        // RFC 9110: a 401 names the scheme that would succeed.
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(KEY_CHALLENGE));
-    }
-    if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    rate_limit_headers(response.headers_mut(), status, &caller);
-    // Keys belong on servers: browsers get no CORS grant, and nothing is cached or sniffed.
-    headers_for_every_response(response.headers_mut());
-    let elapsed = started.elapsed();
-    crate::http::operations::record_request(route, method.as_str(), status.as_u16(), elapsed);
-    tracing::info!(
-        request_id = %request_id,
-        method = %method,
-        route,
-        status = status.as_u16(),
-        latency_ms = elapsed.as_secs_f64() * 1000.0,
-        key_id = caller.key_id.as_deref().unwrap_or("-"),
-        "request"
-    );
-    Ok(response)
 }
 
 /// Bytes of the request line and headers, as sent. Measured from the URI's parts

@@ -12,13 +12,13 @@ use super::contracts::{
     feed_limit_example, id_example, limit_example, sort_example, wait_example, ChangeType, ChangesError, ChangesQuery,
     GetError, ListError, ListQuery, NoQuery, RecordId,
 };
+use super::long_poll::WaitSlot;
 use super::payload::{Described, JsonBody};
 use super::request_id::RequestId;
 use super::strict_query::StrictQuery;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::feed::params::{FeedLimit, Since, WaitSeconds};
-use crate::feed::parking::Parking;
 use crate::feed::ChangesParams;
 use crate::listing::page::PageInfo;
 use crate::listing::params::{CursorToken, Limit, SearchText, SortKey};
@@ -161,7 +161,7 @@ impl ItemsApi {
         &self,
         state: Data<&Arc<AppState>>,
         request_id: Data<&RequestId>,
-        parking: Option<Data<&Parking>>,
+        waits: Data<&WaitSlot>,
         key: ItemsReader,
         _strict: StrictQuery<ChangesQuery<Items>>,
         /// A `syncToken` of an earlier response of this operation, unchanged; `latest` for
@@ -177,10 +177,8 @@ impl ItemsApi {
     ) -> Result<JsonBody<ItemChanges>, ChangesError> {
         let params = ChangesParams { since: since.0, limit: limit.0, wait: wait.0 };
         // Boxed, as in `listContactChanges`.
-        Ok(JsonBody::assembled(
-            Box::pin(state.feeds.page::<Items>(&key.0, params, request_id.as_str(), parking.map(|parking| parking.0)))
-                .await?,
-        ))
+        let answer = Box::pin(state.feeds.page::<Items>(&key.0, params, request_id.as_str())).await?;
+        Ok(JsonBody::assembled(waits.body_of(answer)))
     }
 
     /// Retrieve an active item

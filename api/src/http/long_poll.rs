@@ -1,99 +1,129 @@
-//! How the envelope sends a request that may wait through the application: a long poll
-//! that finds nothing leaves a parked record (see `feed::parking`) and its stack unwinds;
-//! the request then waits as that record and a copy of its head, here over HTTP/2, or in
-//! its connection's task over HTTP/1.1 (see `server::detach`), and is sent through again
-//! when its feed moves.
+//! The shell's side of a long poll: a feed operation that answers "wait" leaves its
+//! [`Parked`] record in the request's [`WaitSlot`] (offered to every request: whether a
+//! request waits is decided by the feed from its parsed parameters, not by the shell from
+//! the query's spelling), and the request's stack unwinds. The envelope then holds the
+//! request as one [`LongPoll`]: the record and how its response leaves (the envelope's own
+//! finish, captured). It waits in the envelope over HTTP/2, or in its connection's task over
+//! HTTP/1.1, handed over through the connection's [`DetachSlot`] (see `server::detach`);
+//! when its feed moves it asks the record for its next answer directly, without sending the
+//! request through the stack again.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use poem::http::{HeaderValue, Uri};
-use poem::{Body, Endpoint, IntoResponse, Request, RequestParts, Response};
+use futures_util::FutureExt;
+use poem::Response;
+use tokio::sync::Notify;
 
-use super::caller;
-use super::server::detach::{DetachSlot, Detached};
-use crate::feed::parking::Parking;
-use crate::rate_limit::Standing;
+use super::payload::json_response;
+use super::request_id::RequestId;
+use crate::feed::waiting::{Answer, Parked};
 
-/// What a parked long poll sent through again by its connection keeps of its first pass:
-/// when it began, and where its key stood when it was counted.
-#[derive(Clone, Copy, Debug)]
-pub struct Resumed {
-    pub started: Instant,
-    pub standing: Option<Standing>,
-}
+/// What a pass through the application ended with: a response, an error, or a panic.
+pub type Passed = std::thread::Result<poem::Result<Response>>;
 
-impl Resumed {
-    /// Set when `request` is a long poll its connection sends through again.
-    pub fn of(request: &Request) -> Option<Self> {
-        request.data::<Self>().copied()
-    }
-}
+/// How a request's response leaves, whichever pass made it: the envelope's finish.
+pub type Finish = Box<dyn FnOnce(Passed) -> Response + Send>;
 
-/// Whether a request for `uri` may be a long poll: a feed request that asks to `wait`.
-/// Only these are offered a parking place, and over HTTP/1.1 their connection's slot.
-pub fn may_wait(uri: &Uri) -> bool {
-    uri.path().ends_with("/changes") && uri.query().is_some_and(|query| query.contains("wait"))
-}
+/// Where a feed operation leaves the request it parked, for the envelope.
+#[derive(Clone, Default)]
+pub struct WaitSlot(Arc<Mutex<Option<Box<Parked>>>>);
 
-/// Sends `request` through `inner`. A long poll that parks is sent through again once its
-/// feed moves, or handed to its connection when the connection offered a [`DetachSlot`]
-/// (this future then never ends: the connection drops it).
-pub async fn answer<E: Endpoint>(inner: &E, mut request: Request, started: Instant) -> poem::Result<Response> {
-    if !may_wait(request.uri()) {
-        // Boxed: inline, the whole application's future would be carried (and copied)
-        // by every layer outside it.
-        return Box::pin(inner.call(request)).await.map(IntoResponse::into_response);
-    }
-    let mut parking = request.data::<Parking>().cloned().unwrap_or_default();
-    let detach = request.data::<Arc<DetachSlot>>().cloned();
-    loop {
-        // Taken before the pass, which consumes the request, even when the pass answers at
-        // once: a few hundred bytes, against keeping hyper's read buffer for the wait.
-        let again = head_copy(&request);
-        request.set_data(parking.clone());
-        let outcome = Box::pin(inner.call(request)).await.map(IntoResponse::into_response);
-        let Some(parked) = parking.take_parked() else {
-            return outcome;
-        };
-        drop(outcome);
-        if let Some(slot) = &detach {
-            let mut again = again;
-            // Counted on its first pass only; a later pass finds the standing carried.
-            let standing = caller::standing().or_else(|| Resumed::of(&again).and_then(|resumed| resumed.standing));
-            again.set_data(Resumed { started, standing });
-            slot.hand_over(Box::new(Detached { parked, request: again }));
-            return std::future::pending().await;
+impl WaitSlot {
+    /// The body of `answer`: a page's, or, for a wait, the record left here and an empty
+    /// body, which the envelope never sends.
+    pub fn body_of(&self, answer: Answer) -> Vec<u8> {
+        match answer {
+            Answer::Page(body) => body,
+            Answer::Wait(parked) => {
+                *self.lock() = Some(parked);
+                Vec::new()
+            }
         }
-        parking = Parking::resuming(Box::pin(parked.until_worth_looking()).await);
-        request = again;
+    }
+
+    /// The request parked by the pass that just ended, if it was.
+    pub fn take(&self) -> Option<Box<Parked>> {
+        self.lock().take()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Box<Parked>>> {
+        // Plain moves of a value in and out: a poisoned lock still holds a valid one.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// `request` again, without its body (a feed request has none). Its target and header
-/// values are copied, not shared: hyper parses them as slices of the connection's read
-/// buffer, and a shared copy would keep that buffer's whole allocation alive while the
-/// request waits, beside the one hyper reads into meanwhile.
-fn head_copy(request: &Request) -> Request {
-    let mut head = poem::http::Request::new(());
-    *head.method_mut() = request.method().clone();
-    *head.uri_mut() = Uri::from_maybe_shared(bytes::Bytes::copy_from_slice(request.uri().to_string().as_bytes()))
-        .unwrap_or_else(|_| request.uri().clone());
-    *head.version_mut() = request.version();
-    let headers = head.headers_mut();
-    headers.reserve(request.headers().len());
-    for (name, value) in request.headers() {
-        let mut copied = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
-        copied.set_sensitive(value.is_sensitive());
-        headers.append(name.clone(), copied);
+/// A waiting request, all of it: its feed's record, and how its response leaves.
+pub struct LongPoll {
+    parked: Box<Parked>,
+    request_id: RequestId,
+    /// A `HEAD` request: its connection's task writes the head alone.
+    pub head_only: bool,
+    finish: Finish,
+}
+
+impl LongPoll {
+    pub fn new(parked: Box<Parked>, request_id: RequestId, head_only: bool, finish: Finish) -> Self {
+        Self { parked, request_id, head_only, finish }
     }
-    *head.extensions_mut() = request.extensions().clone();
-    let (parts, ()) = head.into_parts();
-    let parts = RequestParts::from((
-        parts,
-        request.local_addr().clone(),
-        request.remote_addr().clone(),
-        request.scheme().clone(),
-    ));
-    Request::from_parts(parts, Body::empty())
+
+    /// Waits until the request is worth looking at again.
+    pub async fn until_worth_looking(&mut self) {
+        self.parked.until_worth_looking().await;
+    }
+
+    /// The response now, or the long poll back when what woke it let nothing through.
+    pub async fn answer(self) -> Result<Response, Self> {
+        let Self { parked, request_id, head_only, finish } = self;
+        // Boxed: the record stays small while it waits; the look is as large as a read.
+        let answered = request_id.clone().scope(AssertUnwindSafe(Box::pin(parked.answer())).catch_unwind()).await;
+        let passed = match answered {
+            Ok(Ok(Answer::Wait(parked))) => return Err(Self { parked, request_id, head_only, finish }),
+            Ok(Ok(Answer::Page(body))) => Ok(Ok(json_response(body))),
+            Ok(Err(error)) => Ok(Err(error.into())),
+            Err(panic) => Err(panic),
+        };
+        Ok(request_id.sync_scope(|| finish(passed)))
+    }
+
+    /// The response, once the feed moved and let something through, or the wait ended.
+    pub async fn answered(mut self) -> Response {
+        loop {
+            self.until_worth_looking().await;
+            match self.answer().await {
+                Ok(response) => return response,
+                Err(again) => self = again,
+            }
+        }
+    }
+}
+
+/// Where the envelope leaves a long poll for its connection's task (one per HTTP/1.x
+/// connection, in the data of its requests).
+#[derive(Default)]
+pub struct DetachSlot {
+    detached: Mutex<Option<LongPoll>>,
+    arrived: Notify,
+}
+
+impl DetachSlot {
+    /// Leaves `long_poll` for the connection's task and wakes it.
+    pub fn hand_over(&self, long_poll: LongPoll) {
+        *self.lock() = Some(long_poll);
+        self.arrived.notify_one();
+    }
+
+    /// The long poll handed over.
+    pub async fn arrived(&self) -> LongPoll {
+        loop {
+            if let Some(long_poll) = self.lock().take() {
+                return long_poll;
+            }
+            self.arrived.notified().await;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<LongPoll>> {
+        self.detached.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }

@@ -31,8 +31,8 @@ use poem::{Endpoint, EndpointExt, Route};
 pub use crate::app::{AppSettings, AppState};
 pub use server::ServerLimits;
 
-/// The whole HTTP surface, every response passing through the envelope layer, and
-/// compressed (br, gzip) for clients that accept it.
+/// The whole HTTP surface, every response passing through the envelope layer, which
+/// compresses it (br, gzip) for clients that accept it.
 pub fn app(state: Arc<AppState>) -> impl Endpoint {
     let document = openapi::document();
     let reference = openapi::reference_page(&document);
@@ -56,7 +56,6 @@ pub fn app(state: Arc<AppState>) -> impl Endpoint {
         )
         .data(state)
         .around(envelope::envelope)
-        .around(compression::compress)
 }
 
 /// Connections the kernel may hold completed for the server before it accepts them; it

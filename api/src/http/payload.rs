@@ -48,7 +48,7 @@ impl<T> JsonBody<T> {
 }
 
 impl<T: Type> Payload for JsonBody<T> {
-    const CONTENT_TYPE: &'static str = "application/json; charset=utf-8";
+    const CONTENT_TYPE: &'static str = JSON;
 
     fn check_content_type(content_type: &str) -> bool {
         content_type.starts_with("application/json")
@@ -65,9 +65,16 @@ impl<T: Type> Payload for JsonBody<T> {
 
 impl<T: Type> IntoResponse for JsonBody<T> {
     fn into_response(self) -> Response {
-        Response::builder().content_type(<Self as Payload>::CONTENT_TYPE).body(self.bytes)
+        json_response(self.bytes)
     }
 }
+
+/// A 200 carrying `body`, JSON already written.
+pub fn json_response(body: Vec<u8>) -> Response {
+    Response::builder().content_type(JSON).body(body)
+}
+
+const JSON: &str = "application/json; charset=utf-8";
 
 /// What a 200 carrying this body means, in the document's words.
 pub trait Described {

@@ -54,6 +54,11 @@ impl RequestId {
     pub fn scope<F: std::future::Future>(self, future: F) -> impl std::future::Future<Output = F::Output> {
         CURRENT.scope(self, future)
     }
+
+    /// Runs `f` with `self` as the current request's id.
+    pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
+        CURRENT.sync_scope(self, f)
+    }
 }
 
 impl serde::Serialize for RequestId {

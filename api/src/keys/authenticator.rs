@@ -66,13 +66,26 @@ pub struct Principal {
     pub key_id: String,
     pub workspace_id: Uuid,
     scopes: Vec<Scope>,
+    /// The scope the request was authorized with ([`Principal::authorized_for`]): a request
+    /// that holds the key while it waits needs it still.
+    authorized: Option<Scope>,
 }
 
 impl Principal {
-    /// 403 unless the key carries `scope`.
-    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
+    fn of(record: &AuthRecord) -> Self {
+        Self {
+            key_id: record.id.clone(),
+            workspace_id: record.workspace_id,
+            scopes: record.scopes.iter().filter_map(|scope| Scope::parse(scope)).collect(),
+            authorized: None,
+        }
+    }
+
+    /// 403 unless the key carries `scope`; the principal authorized for it otherwise.
+    pub fn authorized_for(mut self, scope: Scope) -> Result<Self, ApiError> {
         if self.scopes.contains(&scope) {
-            Ok(())
+            self.authorized = Some(scope);
+            Ok(self)
         } else {
             Err(ApiError::Forbidden(format!("This API key lacks the `{scope}` scope required by this route.")))
         }
@@ -149,10 +162,12 @@ impl Authenticator {
         KeyChanges { receiver: self.evictions.subscribe() }
     }
 
-    /// 401 if the key `principal` was authenticated with has been revoked, has expired or
-    /// is gone since: for a request that held it while waiting. From the cache, which a
-    /// revocation evicts within a second, or from the database.
-    pub async fn still_valid(&self, principal: &Principal) -> Result<(), ApiError> {
+    /// The key `principal` was authenticated with, as it is now: 401 if it has been
+    /// revoked, has expired or is gone since, 403 if it lost the scope the request was
+    /// authorized for; for a request that held it while waiting. Its workspace is the
+    /// record's now, which the caller compares with the one it served. From the cache,
+    /// which a change of the key evicts within a second, or from the database.
+    pub async fn still_valid(&self, principal: &Principal) -> Result<Principal, ApiError> {
         let cached = if self.freshness.trusted() { self.read_cache().get(&principal.key_id).cloned() } else { None };
         let record = match cached {
             Some(record) => Some(record),
@@ -175,7 +190,11 @@ impl Authenticator {
         if record.expires_at.is_some_and(|at| at <= now) {
             return Err(ApiError::Unauthorized(EXPIRED));
         }
-        Ok(())
+        let current = Principal::of(&record);
+        match principal.authorized {
+            Some(scope) => current.authorized_for(scope),
+            None => Ok(current),
+        }
     }
 
     /// Checks a presented key: 401 for anything but a live, unexpired key of this
@@ -230,11 +249,7 @@ impl Authenticator {
             let rehash = Rehash { key_id: record.id.clone(), old_hmac: record.secret_hmac.clone(), new_hmac };
             self.lock_rehashes().insert(record.id.clone(), rehash);
         }
-        Ok(Principal {
-            key_id: record.id.clone(),
-            workspace_id: record.workspace_id,
-            scopes: record.scopes.iter().filter_map(|scope| Scope::parse(scope)).collect(),
-        })
+        Ok(Principal::of(&record))
     }
 
     /// The key's record, from the cache or the database, and whether it was read from

@@ -15,7 +15,7 @@ use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
 /// A table that can be listed and read by id. Implemented once per resource.
-pub trait Resource {
+pub trait Resource: 'static {
     /// Table name, also the resource name bound into cursors.
     const NAME: &'static str;
     /// The columns a record is read from, in SQL, in the order [`Resource::record`]

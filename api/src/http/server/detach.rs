@@ -1,14 +1,13 @@
-//! A parked long poll that lets go of hyper's connection while it waits.
+//! A long poll that lets go of hyper's connection while it waits.
 //!
-//! Over HTTP/1.1, the envelope hands a parked request (see `feed::parking`) to its
-//! connection's task through the connection's [`DetachSlot`] instead of waiting itself.
+//! Over HTTP/1.1, the envelope hands a waiting request (a [`LongPoll`]) to its
+//! connection's task through the connection's `DetachSlot` instead of waiting itself.
 //! The task drops hyper's connection (its read and write buffers, 8 KiB each, its
-//! dispatcher, and the request's futures), takes the socket back, and waits on the parked
-//! record alone. When the request is worth looking at again it goes through the
-//! application once more, at most [`RESUMING_AT_ONCE`] at a time, and the task writes
-//! the response itself and closes the connection: nothing is left of the HTTP state that
-//! would keep it alive, and bytes the client may have sent after its request (HTTP/1.1
-//! pipelining) went with hyper's buffer.
+//! dispatcher, and the request's futures), takes the socket back, and waits on the long
+//! poll alone. When the request is worth looking at again its feed looks, at most
+//! [`RESUMING_AT_ONCE`] at a time, and the task writes the response itself and closes the
+//! connection: nothing is left of the HTTP state that would keep it alive, and bytes the
+//! client may have sent after its request (HTTP/1.1 pipelining) went with hyper's buffer.
 //!
 //! Hand code: hyper lends its connection a socket for good. It gives it back only once
 //! the connection is done (`into_parts`), never while a request is in flight, so the
@@ -20,86 +19,34 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use poem::{Request, Response};
+use poem::Response;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::Notify;
 
-use crate::feed::parking::{Parked, Parking};
+use crate::http::long_poll::LongPoll;
 
-/// Parked requests sent through the application at once: each holds a request's whole
-/// way through it (tens of KiB) while it runs, so 10,000 woken together would otherwise
-/// hold them all at once; the rest wait as parked records.
+/// Long polls looking at their feeds at once: each look holds a read's futures and
+/// buffers (tens of KiB) while it runs, so 10,000 woken together would otherwise hold them
+/// all at once; the rest wait as they are.
 pub const RESUMING_AT_ONCE: usize = 64;
 
-/// Waits until `handed` is worth looking at again, sends it through `endpoint` (at most
-/// [`RESUMING_AT_ONCE`] at a time) and writes its response on `socket`; parked again
-/// meanwhile (it arrives in `slot` once more), it waits again.
-pub async fn answer_when_worth_it<E, S>(
-    mut handed: Box<Detached>,
-    mut socket: S,
-    endpoint: Arc<E>,
-    slot: Arc<DetachSlot>,
-    resumes: Arc<tokio::sync::Semaphore>,
-) where
-    E: poem::Endpoint,
+/// Waits until `handed` is worth looking at again, asks it for its response (at most
+/// [`RESUMING_AT_ONCE`] at a time) and writes the response on `socket`; a look that lets
+/// nothing through waits again.
+pub async fn answer_when_worth_it<S>(mut handed: LongPoll, mut socket: S, resumes: Arc<tokio::sync::Semaphore>)
+where
     S: AsyncWrite + Unpin,
 {
     loop {
-        let resume = handed.parked.until_worth_looking().await;
+        handed.until_worth_looking().await;
         let Ok(_turn) = resumes.acquire().await else { return };
-        let mut request = handed.request;
-        let head_only = request.method() == poem::http::Method::HEAD;
-        request.set_data(Parking::resuming(resume));
-        let answered = {
-            let answering = Box::pin(endpoint.get_response(request));
-            tokio::select! {
-                response = answering => Ok(response),
-                again = slot.arrived() => Err(again),
-            }
-        };
-        match answered {
+        let head_only = handed.head_only;
+        match handed.answer().await {
             Ok(response) => {
                 let _ = write_response(&mut socket, response, head_only).await;
                 return;
             }
             Err(again) => handed = again,
         }
-    }
-}
-
-/// A parked request taken from hyper: what it waits on, and its head to send again.
-pub struct Detached {
-    pub parked: Parked,
-    pub request: Request,
-}
-
-/// Where the envelope leaves a parked request for its connection's task (one per
-/// HTTP/1.x connection, in the data of its requests that may wait).
-#[derive(Default)]
-pub struct DetachSlot {
-    detached: Mutex<Option<Box<Detached>>>,
-    arrived: Notify,
-}
-
-impl DetachSlot {
-    /// Leaves `detached` for the connection's task and wakes it.
-    pub fn hand_over(&self, detached: Box<Detached>) {
-        *self.lock() = Some(detached);
-        self.arrived.notify_one();
-    }
-
-    /// The next request handed over.
-    pub async fn arrived(&self) -> Box<Detached> {
-        loop {
-            if let Some(detached) = self.lock().take() {
-                return detached;
-            }
-            self.arrived.notified().await;
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Box<Detached>>> {
-        self.detached.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -29,10 +29,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::activity::{Activity, Expired, Tracked};
-use self::detach::{DetachSlot, SharedIo};
+use self::detach::SharedIo;
 use self::parser_refusals::RefusalsInShape;
 use super::envelope::MAX_HEAD_BYTES;
-use super::long_poll;
+use super::long_poll::{DetachSlot, LongPoll};
 
 /// What one server will put up with.
 #[derive(Clone, Copy, Debug)]
@@ -156,8 +156,7 @@ async fn connection<E: Endpoint + 'static>(
     let handed = Box::pin(through_hyper(SharedIo(socket.clone()), peer, &shared, &slot, &stopping)).await;
     let taken = socket.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     if let (Some(handed), Some(socket)) = (handed, taken) {
-        let (endpoint, resumes) = (shared.endpoint.clone(), shared.resumes.clone());
-        Box::pin(detach::answer_when_worth_it(handed, socket, endpoint, slot, resumes)).await;
+        Box::pin(detach::answer_when_worth_it(handed, socket, shared.resumes.clone())).await;
     }
     drop(permit);
 }
@@ -170,7 +169,7 @@ async fn through_hyper<E: Endpoint + 'static>(
     shared: &Shared<E>,
     slot: &Arc<DetachSlot>,
     stopping: &CancellationToken,
-) -> Option<Box<detach::Detached>> {
+) -> Option<LongPoll> {
     let activity = Activity::new();
     let answering = activity.clone();
     let (endpoint, local, offered) = (shared.endpoint.clone(), shared.local, slot.clone());
@@ -178,8 +177,7 @@ async fn through_hyper<E: Endpoint + 'static>(
         let endpoint = endpoint.clone();
         let in_flight = answering.begin();
         // Only a long poll over HTTP/1.x can let go of its connection (HTTP/2 multiplexes).
-        let slot =
-            (request.version() < hyper::Version::HTTP_2 && long_poll::may_wait(request.uri())).then(|| offered.clone());
+        let slot = (request.version() < hyper::Version::HTTP_2).then(|| offered.clone());
         async move {
             let mut request = poem::Request::from((
                 request,
