@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use lectern_tests::seed::ContactSeed;
-use lectern_tests::webhooks::{verify_with_standardwebhooks, Answer, Receiver};
+use lectern_tests::webhooks::{verified_by_standardwebhooks, verify_with_standardwebhooks, Answer, Receiver};
 use lectern_tests::TestDatabase;
 use uuid::Uuid;
 
 use crate::support::{register, webhooks};
-use crate::support_a::{app, entry, listed, settings, verified_by_standardwebhooks, wait_for_log, Serve};
+use crate::support_a::{app, entry, listed, settings, wait_for_log, Serve};
 
 const WITHIN: Duration = Duration::from_secs(15);
 /// Far longer than a delivery takes to follow a change (tens of milliseconds), for

@@ -1,9 +1,7 @@
 //! What the retry, target and command-line tests share: apps and `serve` processes with
-//! short webhook waits, a bare TCP listener that counts connections, polling the
-//! delivery log, and the official library's verdict without panicking.
+//! short webhook waits, a bare TCP listener that counts connections, and polling the
+//! delivery log.
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +14,7 @@ use lectern_tests::process::{run_to_end, Ended, Metrics, Service};
 use lectern_tests::seed::TEST_PEPPER;
 use lectern_tests::webhooks::Delivery;
 use lectern_tests::{Reply, TestApp, TestDatabase};
-use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -105,37 +102,6 @@ pub fn timestamp(entry: &Value, field: &str) -> DateTime<Utc> {
 /// The time between consecutive arrivals.
 pub fn gaps(deliveries: &[Delivery]) -> Vec<Duration> {
     deliveries.windows(2).map(|pair| pair[1].arrived.duration_since(pair[0].arrived)).collect()
-}
-
-/// How many of `deliveries` the official Standard Webhooks library verifies with one of
-/// `secrets`: [`lectern_tests::webhooks::verify_with_standardwebhooks`] without the panic,
-/// for checking that a secret does NOT verify.
-pub async fn verified_by_standardwebhooks(deliveries: &[Delivery], secrets: &[&str]) -> usize {
-    let input: Vec<Value> = deliveries
-        .iter()
-        .map(|delivery| json!({ "secrets": secrets, "headers": delivery.headers, "body": delivery.body }))
-        .collect();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/verify-webhooks.sh");
-    let mut child = tokio::process::Command::new(&script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|error| panic!("run {}: {error}", script.display()));
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    stdin.write_all(Value::Array(input).to_string().as_bytes()).await.expect("write the deliveries");
-    drop(stdin);
-    let output = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
-        .await
-        .expect("the verifier finished in time")
-        .expect("the verifier ran");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .trim()
-        .strip_prefix("verified ")
-        .and_then(|count| count.parse().ok())
-        .unwrap_or_else(|| panic!("the verifier said {stdout:?}: {}", String::from_utf8_lossy(&output.stderr)))
 }
 
 /// A TCP listener on 127.0.0.1 that accepts connections, counts them and says nothing:
