@@ -8,11 +8,14 @@
 //! - [`app`]: [`app::TestApp`], the app over HTTP, and [`app::Reply`] with the
 //!   contract's assertions.
 //! - [`seed`]: records and keys written the way the projector and `keys create` would.
-//! - [`binaries`]: paths to the workspace's built binaries.
+//! - [`binaries`]: paths to the workspace's built binaries, and what a finished run left.
 //! - [`history`]: random histories of contacts and items, for the convergence tests.
 //! - [`nats`]: a private nats-server with JetStream per test.
-//! - [`projector`]: the projector's run loop in-process, and publishing events.
-//! - [`process`]: a long-running binary under test, its logs and its SIGTERM.
+//! - [`projector`]: the projector's run loop in-process or as a `run` process, and
+//!   publishing events.
+//! - [`process`]: the one way a binary is started under test ([`process::Launch`]): run
+//!   to its end, or long-running with its logs and its signals.
+//! - [`serve`]: `lectern-api serve` as a process, on free ports.
 //! - [`postgres`]: a private PostgreSQL server per test, to stop, crash and restart.
 //! - [`forwarder`]: a TCP forwarder standing for a stable database address.
 //! - [`webhooks`]: a webhook receiver on loopback, and the official library's verdict.
@@ -29,6 +32,7 @@ pub mod postgres;
 pub mod process;
 pub mod projector;
 pub mod seed;
+pub mod serve;
 pub mod webhooks;
 
 pub use app::{Reply, TestApp};

@@ -60,8 +60,7 @@ impl TestNats {
     /// Freezes the server (SIGSTOP): connections stay open, nothing is read or answered.
     pub fn freeze(&self) {
         if let Some(child) = &self.child {
-            let frozen = Command::new("kill").args(["-STOP", &child.id().to_string()]).status();
-            assert!(frozen.is_ok_and(|status| status.success()), "kill -STOP nats-server");
+            crate::process::signal(child.id(), "STOP");
         }
     }
 

@@ -1,64 +1,215 @@
-//! A long-running binary (`serve`, `dev`, `run`) under test: its output collected
-//! line by line as it arrives, its addresses read from its JSON log lines, and a
-//! SIGTERM that reports how it ended; a short command run to its end; and the
-//! Prometheus text its operations listener serves, parsed.
+//! Every binary of the workspace run as a process under test, started one way:
+//! [`Launch`] names the binary, its arguments and the only environment it gets, then
+//! [`Launch::spawn`] starts a long-running [`Service`] (`serve`, `run`, `dev`: its output
+//! collected line by line as it arrives, its JSON log lines parsed, its signals) or
+//! [`Launch::run`] runs a short command to its end. And the Prometheus text an operations
+//! listener serves, parsed.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Stdio;
+use std::fmt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
-/// Lines written so far to one stream.
-type Lines = Arc<Mutex<Vec<String>>>;
+use crate::binaries::{self, Run};
 
-/// A running binary.
-pub struct Service {
-    child: Child,
-    stdout: Lines,
-    stderr: Lines,
-    readers: Vec<JoinHandle<()>>,
+/// One of the workspace's binaries, with its arguments and an environment holding
+/// nothing but `NO_COLOR` and what the test adds, so that the runner's own settings
+/// (`DATABASE_URL`, `NATS_URL`, `RUST_LOG`, `LECTERN_*`) cannot change what is tested.
+/// What the test sets wins over the defaults, and a later setting over an earlier one.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    name: &'static str,
+    /// Builds the binary on first use, which may take a while: [`Launch::run`] waits for
+    /// it off the test's runtime.
+    locate: fn() -> PathBuf,
+    args: Vec<String>,
+    /// `NO_COLOR=1`, unless the environment is [`Launch::exact_environment`].
+    no_color: bool,
+    /// See [`Launch::json_logs`].
+    json_logs: bool,
+    env: Vec<(String, String)>,
+    stdin: Option<String>,
 }
 
-/// How a [`Service`] ended.
-#[derive(Debug)]
-pub struct Ended {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
+impl Launch {
+    /// `lectern-api`.
+    pub fn api() -> Self {
+        Self::new("lectern-api", binaries::lectern_api)
+    }
 
-impl Service {
-    /// Starts `binary` with `args` and only `env` (plus JSON logs and no colour), so
-    /// the machine's environment cannot change what is tested.
-    pub fn spawn(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(binary)
-            .args(args)
-            .env_clear()
-            .env("NO_COLOR", "1")
-            .env("LECTERN_LOG_FORMAT", "json")
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
+    /// `lectern-projector`.
+    pub fn projector() -> Self {
+        Self::new("lectern-projector", binaries::lectern_projector)
+    }
+
+    /// `lectern-dev`.
+    pub fn dev() -> Self {
+        Self::new("lectern-dev", binaries::lectern_dev)
+    }
+
+    /// The binary a command line names (`lectern-api`, `lectern-projector`, `lectern-dev`),
+    /// as compose.yaml and the health checks name them.
+    pub fn named(name: &str) -> Self {
+        match name {
+            "lectern-api" => Self::api(),
+            "lectern-projector" => Self::projector(),
+            "lectern-dev" => Self::dev(),
+            other => panic!("{other:?} is not one of Lectern's binaries"),
+        }
+    }
+
+    fn new(name: &'static str, locate: fn() -> PathBuf) -> Self {
+        Self { name, locate, args: Vec::new(), no_color: true, json_logs: false, env: Vec::new(), stdin: None }
+    }
+
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_owned());
+        self
+    }
+
+    pub fn args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.args.extend(args.into_iter().map(|arg| arg.as_ref().to_owned()));
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn envs(self, env: &[(&str, &str)]) -> Self {
+        env.iter().fold(self, |launch, (name, value)| launch.env(name, value))
+    }
+
+    /// JSON log lines at `info` (unless the test sets `RUST_LOG`), which
+    /// [`Service::wait_for_log`] and [`Service::log_records`] read; without it a binary
+    /// logs plain text.
+    pub fn json_logs(mut self) -> Self {
+        self.json_logs = true;
+        self
+    }
+
+    /// The runner's `PATH`, for a binary that looks programs up.
+    pub fn runner_path(self) -> Self {
+        let path = std::env::var("PATH").unwrap_or_default();
+        self.env("PATH", &path)
+    }
+
+    /// Exactly `env` and nothing else, not even `NO_COLOR`: the environment a supervisor
+    /// such as compose would give the binary.
+    pub fn exact_environment<K: AsRef<str>, V: AsRef<str>>(mut self, env: impl IntoIterator<Item = (K, V)>) -> Self {
+        self.no_color = false;
+        self.json_logs = false;
+        self.env = env.into_iter().map(|(name, value)| (name.as_ref().to_owned(), value.as_ref().to_owned())).collect();
+        self
+    }
+
+    /// `text` on stdin, which is then closed (otherwise stdin is empty).
+    pub fn stdin(mut self, text: &str) -> Self {
+        self.stdin = Some(text.to_owned());
+        self
+    }
+
+    fn command(&self, binary: PathBuf) -> Command {
+        let mut command = Command::new(binary);
+        command.args(&self.args).env_clear();
+        if self.no_color {
+            command.env("NO_COLOR", "1");
+        }
+        if self.json_logs {
+            command.env("LECTERN_LOG_FORMAT", "json").env("RUST_LOG", "info");
+        }
+        command
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|error| panic!("spawn {}: {error}", binary.display()));
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Starts the binary and returns at once; it is killed when the [`Service`] is dropped.
+    pub fn spawn(self) -> Service {
+        let mut child = self.command((self.locate)()).spawn().unwrap_or_else(|error| panic!("start {self}: {error}"));
+        let stdin = child.stdin.take();
         let stdout = Lines::default();
         let stderr = Lines::default();
         let readers = vec![
             collect(child.stdout.take().expect("piped stdout"), stdout.clone()),
             collect(child.stderr.take().expect("piped stderr"), stderr.clone()),
         ];
-        Self { child, stdout, stderr, readers }
+        if let (Some(mut input), Some(text)) = (stdin, self.stdin.clone()) {
+            tokio::spawn(async move {
+                let _ = input.write_all(text.as_bytes()).await;
+            });
+        }
+        Service { child, stdout, stderr, readers, described: self.to_string() }
     }
 
+    /// Runs the binary to its end, failing the test if that takes longer than `within`.
+    pub async fn run(self, within: Duration) -> Run {
+        let described = self.to_string();
+        self.try_run(within).await.unwrap_or_else(|| panic!("{described} did not finish within {within:?}"))
+    }
+
+    /// Runs the binary to its end; `None` if it has not ended within `within` (it is
+    /// killed then).
+    pub async fn try_run(self, within: Duration) -> Option<Run> {
+        let binary = tokio::task::spawn_blocking(self.locate).await.expect("build the binary");
+        let mut child = self.command(binary).spawn().unwrap_or_else(|error| panic!("start {self}: {error}"));
+        if let Some(text) = &self.stdin {
+            let mut input = child.stdin.take().expect("piped stdin");
+            input.write_all(text.as_bytes()).await.unwrap_or_else(|error| panic!("write {self}'s stdin: {error}"));
+            // Dropped here: stdin closes, and the command reads to its end.
+        }
+        let output = tokio::time::timeout(within, child.wait_with_output()).await.ok()?;
+        Some(Run::from_output(output.unwrap_or_else(|error| panic!("wait for {self}: {error}"))))
+    }
+
+    /// [`Launch::run`] for a test that is not async, without a time limit.
+    pub fn run_blocking(self) -> Run {
+        let mut command = self.command((self.locate)()).into_std();
+        let output = command.output().unwrap_or_else(|error| panic!("run {self}: {error}"));
+        Run::from_output(output)
+    }
+}
+
+impl fmt::Display for Launch {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}", self.name)?;
+        self.args.iter().try_for_each(|arg| write!(formatter, " {arg}"))
+    }
+}
+
+/// Sends signal `name` (`TERM`, `KILL`, `STOP`, `CONT`, …) to process `pid` with kill(1),
+/// as an operator or a supervisor would; fails the test if it cannot be sent (a
+/// PostgreSQL backend is signalled only by root or the postgres user).
+pub fn signal(pid: impl fmt::Display, name: &str) {
+    let sent = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status();
+    assert!(sent.is_ok_and(|status| status.success()), "kill -{name} {pid} failed");
+}
+
+/// Lines written so far to one stream.
+type Lines = Arc<Mutex<Vec<String>>>;
+
+/// A running binary, started by [`Launch::spawn`].
+pub struct Service {
+    child: Child,
+    stdout: Lines,
+    stderr: Lines,
+    readers: Vec<JoinHandle<()>>,
+    /// The command line, for messages.
+    described: String,
+}
+
+impl Service {
     /// Everything written to stdout so far.
     pub fn stdout(&self) -> String {
         self.stdout.lock().expect("stdout lines").join("\n")
@@ -72,6 +223,11 @@ impl Service {
     /// The JSON log lines so far, parsed (lines that are not JSON are skipped).
     pub fn log_records(&self) -> Vec<Value> {
         self.stderr.lock().expect("stderr lines").iter().filter_map(|line| serde_json::from_str(line).ok()).collect()
+    }
+
+    /// How many log records so far have `message` as their message.
+    pub fn logged(&self, message: &str) -> usize {
+        self.log_records().iter().filter(|record| record["fields"]["message"] == message).count()
     }
 
     /// Waits until a log record satisfies `matches`, and returns it. Panics with the
@@ -110,19 +266,30 @@ impl Service {
     }
 
     fn fail_if_exited_or_late(&mut self, deadline: Instant, waiting_for: &str) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!(
-                "the process exited ({status}) while waiting for {waiting_for}\nstdout:\n{}\nstderr:\n{}",
-                self.stdout(),
-                self.stderr()
-            );
+        self.assert_running(&format!("while waiting for {waiting_for}"));
+        assert!(Instant::now() < deadline, "timed out waiting for {waiting_for}\n{}", self.output());
+    }
+
+    /// How the process ended, if it has.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("poll the process")
+    }
+
+    /// Fails the test, with the output so far, if the process has exited.
+    pub fn assert_running(&mut self, when: &str) {
+        if let Some(status) = self.exited() {
+            panic!("{} exited ({status}) {when}\n{}", self.described, self.output());
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {waiting_for}\nstdout:\n{}\nstderr:\n{}",
-            self.stdout(),
-            self.stderr()
-        );
+    }
+
+    /// The logs so far show no panic.
+    pub fn assert_no_panic(&self) {
+        let log = self.stderr();
+        assert!(!log.contains("panicked"), "{} panicked:\n{log}", self.described);
+    }
+
+    fn output(&self) -> String {
+        format!("stdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr())
     }
 
     /// The process id, for signals.
@@ -130,37 +297,46 @@ impl Service {
         self.child.id().expect("the process is running")
     }
 
-    /// Waits (at most `within`) for the process to end by itself.
-    pub async fn wait(mut self, within: Duration) -> Ended {
-        let status = tokio::time::timeout(within, self.child.wait())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "the process did not end within {within:?}\nstdout:\n{}\nstderr:\n{}",
-                    self.stdout(),
-                    self.stderr()
-                )
-            })
-            .expect("wait for the process");
+    /// Sends signal `name` (see [`signal`]).
+    pub fn signal(&self, name: &str) {
+        signal(self.pid(), name);
+    }
+
+    /// Waits (at most `within`) for the process to end by itself; the process still
+    /// running if it has not.
+    pub async fn ended_within(mut self, within: Duration) -> Result<Run, Self> {
+        let status = match tokio::time::timeout(within, self.child.wait()).await {
+            Ok(status) => status.expect("wait for the process"),
+            Err(_) => return Err(self),
+        };
         for reader in self.readers.drain(..) {
             let _ = reader.await;
         }
-        Ended { code: status.code(), stdout: self.stdout(), stderr: self.stderr() }
+        Ok(Run { code: status.code(), stdout: self.stdout(), stderr: self.stderr() })
+    }
+
+    /// Waits (at most `within`) for the process to end by itself.
+    pub async fn wait(self, within: Duration) -> Run {
+        self.ended_within(within).await.unwrap_or_else(|service| {
+            panic!("{} did not end within {within:?}\n{}", service.described, service.output())
+        })
     }
 
     /// Sends SIGTERM and waits (at most `within`) for the process to exit.
-    pub async fn terminate(mut self, within: Duration) -> Ended {
-        let pid = self.pid().to_string();
-        let kill = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
-        assert!(kill.success(), "kill -TERM {pid} failed");
-        let status = tokio::time::timeout(within, self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("no exit within {within:?} of SIGTERM\nstderr:\n{}", self.stderr()))
-            .expect("wait for the process");
-        for reader in self.readers.drain(..) {
-            let _ = reader.await;
-        }
-        Ended { code: status.code(), stdout: self.stdout(), stderr: self.stderr() }
+    pub async fn terminate(self, within: Duration) -> Run {
+        self.signal("TERM");
+        self.ended_within(within).await.unwrap_or_else(|service| {
+            panic!("{} did not exit within {within:?} of SIGTERM\n{}", service.described, service.output())
+        })
+    }
+
+    /// SIGKILL: no chance to finish, commit, acknowledge or give anything back; waits (at
+    /// most `within`) for the process to be gone.
+    pub async fn kill(self, within: Duration) -> Run {
+        self.signal("KILL");
+        let ended = self.wait(within).await;
+        assert_eq!(ended.code, None, "the process was not killed by the signal:\n{}", ended.stderr);
+        ended
     }
 }
 
@@ -171,25 +347,6 @@ fn collect(stream: impl AsyncRead + Unpin + Send + 'static, lines: Lines) -> Joi
             lines.lock().expect("collected lines").push(line);
         }
     })
-}
-
-/// Runs `binary args` with only `env` (as [`Service::spawn`]) to its end, at most `within`.
-pub async fn run_to_end(binary: &Path, args: &[&str], env: &[(&str, &str)], within: Duration) -> crate::binaries::Run {
-    let output = Command::new(binary)
-        .args(args)
-        .env_clear()
-        .env("NO_COLOR", "1")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(within, output)
-        .await
-        .unwrap_or_else(|_| panic!("{} {args:?} did not finish within {within:?}", binary.display()))
-        .expect("run the binary");
-    crate::binaries::Run::from_output(output)
 }
 
 /// One sample of a Prometheus text exposition.

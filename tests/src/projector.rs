@@ -1,4 +1,5 @@
-//! Driving the projector: in-process (its real run loop) and publishing events.
+//! Driving the projector: in-process (its real run loop), as a `lectern-projector run`
+//! process, and publishing events.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,10 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+use crate::binaries::Run;
+use crate::process::{Launch, Metrics, Service};
+use crate::Reply;
 
 const CONSUMER_CREATED_WITHIN: Duration = Duration::from_secs(30);
 
@@ -67,6 +72,133 @@ impl RunningProjector {
             .expect("projector stops within 30 s")
             .expect("projector task")
             .expect("projector run");
+    }
+}
+
+/// How long a `lectern-projector run` process may take to start or to stop before the test
+/// fails instead of hanging: a guard, not a speed check (a stop finishes the batches in
+/// hand, which beside the whole suite on two cores once took over 30 s).
+pub const PROJECTOR_WITHIN: Duration = Duration::from_secs(90);
+
+/// How a [`ProjectorProcess`] is started: [`ProjectorProcess::on`], then settings, then
+/// [`ProjectorOptions::spawn`] or [`ProjectorOptions::start`].
+#[derive(Clone, Debug)]
+pub struct ProjectorOptions {
+    launch: Launch,
+}
+
+impl ProjectorOptions {
+    /// The environment variable `name` set to `value` (over what is set already).
+    pub fn env(self, name: &str, value: &str) -> Self {
+        Self { launch: self.launch.env(name, value) }
+    }
+
+    /// Each of `env`, as [`ProjectorOptions::env`].
+    pub fn envs(self, env: &[(&str, &str)]) -> Self {
+        Self { launch: self.launch.envs(env) }
+    }
+
+    /// Starts the process and returns at once; it logs plain text.
+    pub fn spawn(self) -> ProjectorProcess {
+        ProjectorProcess { service: self.launch.spawn(), operations: None, http: operations_client() }
+    }
+
+    /// Starts the process with JSON logs and waits until its operations listener (health,
+    /// readiness, metrics) is ready, at the address it logged.
+    pub async fn start(self) -> ProjectorProcess {
+        let mut service = self.launch.json_logs().spawn();
+        let operations = service.logged_field(PROJECTOR_WITHIN, "operations listener ready", "metrics").await;
+        ProjectorProcess { service, operations: Some(operations), http: operations_client() }
+    }
+}
+
+fn operations_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("an HTTP client")
+}
+
+/// A running `lectern-projector run`.
+pub struct ProjectorProcess {
+    pub service: Service,
+    /// `host:port` of its operations listener, once [`ProjectorOptions::start`] read it.
+    operations: Option<String>,
+    http: reqwest::Client,
+}
+
+/// `lectern-projector` against `nats_url` and `database_url`, its operations listener (for
+/// the commands that have one) on a free loopback port: tests run in parallel, and the
+/// default port would be fought over. Arguments follow.
+pub fn projector_command(nats_url: &str, database_url: &str) -> Launch {
+    Launch::projector().runner_path().envs(&[
+        ("NATS_URL", nats_url),
+        ("DATABASE_URL", database_url),
+        ("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0"),
+    ])
+}
+
+impl ProjectorProcess {
+    /// `run` as [`projector_command`] has it.
+    pub fn on(nats_url: &str, database_url: &str) -> ProjectorOptions {
+        ProjectorOptions { launch: projector_command(nats_url, database_url).arg("run") }
+    }
+
+    /// What the process has logged so far.
+    pub fn log(&self) -> String {
+        self.service.stderr()
+    }
+
+    /// `host:port` of the operations listener.
+    pub fn operations(&self) -> &str {
+        self.operations.as_deref().expect("the operations address: start the projector with `start`")
+    }
+
+    /// `http://<operations address><path>`.
+    pub fn operations_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.operations())
+    }
+
+    /// GET `path` on the operations address; `None` while it does not answer.
+    pub async fn try_get_operations(&self, path: &str) -> Option<Reply> {
+        match self.http.get(self.operations_url(path)).send().await {
+            Ok(response) => Some(Reply::read(response).await),
+            Err(_) => None,
+        }
+    }
+
+    /// GET `path` on the operations address, which must answer.
+    pub async fn get_operations(&self, path: &str) -> Reply {
+        self.try_get_operations(path)
+            .await
+            .unwrap_or_else(|| panic!("{} does not answer\n{}", self.operations_url(path), self.log()))
+    }
+
+    /// `/metrics` of the operations address, which must answer 200.
+    pub async fn metrics(&self) -> Metrics {
+        let reply = self.get_operations("/metrics").await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        Metrics::parse(&reply.text)
+    }
+
+    /// Waits until `/readyz` answers `status`; returns that answer.
+    pub async fn wait_for_readiness(&self, status: u16) -> Reply {
+        let reached = eventually(PROJECTOR_WITHIN, || async {
+            self.try_get_operations("/readyz").await.is_some_and(|reply| reply.status == status)
+        })
+        .await;
+        let last = self.try_get_operations("/readyz").await;
+        assert!(reached, "/readyz never answered {status}; last answer {last:?}\nlog:\n{}", self.log());
+        last.expect("/readyz answers")
+    }
+
+    /// SIGTERM, and exit 0: the batches in hand finished, committed and acknowledged.
+    pub async fn stop(self) -> Run {
+        let ended = self.service.terminate(PROJECTOR_WITHIN).await;
+        assert_eq!(ended.code, Some(0), "SIGTERM did not end the projector with exit 0:\n{}", ended.stderr);
+        ended
+    }
+
+    /// SIGKILL: no chance to finish, commit or acknowledge anything.
+    pub async fn kill(self) {
+        self.service.kill(PROJECTOR_WITHIN).await;
     }
 }
 

@@ -5,8 +5,6 @@
 #![expect(clippy::expect_used, reason = "test helpers panic with the reason, like the tests")]
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -14,12 +12,13 @@ use lectern_api::keys::{Environment, ParsedKey};
 use lectern_tests::app::AppOptions;
 use lectern_tests::binaries::Run;
 use lectern_tests::database::admin_url;
+use lectern_tests::nats::free_port;
+use lectern_tests::process::Launch;
 use lectern_tests::seed::{test_pepper, TEST_PEPPER};
 use lectern_tests::{TestApp, TestDatabase};
 use serde_json::Value;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
-use tokio::process::Command;
 use uuid::Uuid;
 
 /// A secret long enough for production (over 32 bytes).
@@ -27,36 +26,18 @@ const LONG_SECRET: &str = "a production-grade secret of more than thirty-two byt
 /// How long any one process may take before the test fails instead of hanging.
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A `lectern-api` command with an environment holding nothing but `env`, so the
-/// runner's own LECTERN_* / DATABASE_URL / RUST_LOG settings cannot leak in.
-fn lectern(args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(binary());
-    command
+/// `lectern-api args` with an environment holding nothing but `env` (and plain-text logs).
+fn lectern(args: &[&str], env: &[(&str, &str)]) -> Launch {
+    Launch::api()
         .args(args)
-        .env_clear()
-        .env("NO_COLOR", "1")
         // Tests run in parallel: the operations listener must not fight over its default port.
         .env("LECTERN_METRICS_LISTEN", "127.0.0.1:0")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-fn binary() -> PathBuf {
-    lectern_tests::binaries::lectern_api()
+        .envs(env)
 }
 
 /// Runs `lectern-api args` to its end (at most [`PROCESS_TIMEOUT`]).
 async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let output = lectern(args, env).output();
-    let output = tokio::time::timeout(PROCESS_TIMEOUT, output)
-        .await
-        .unwrap_or_else(|_| panic!("lectern-api {args:?} did not finish within {PROCESS_TIMEOUT:?}"))
-        .expect("run lectern-api");
-    Run::from_output(output)
+    lectern(args, env).run(PROCESS_TIMEOUT).await
 }
 
 /// Runs a `keys` command against `db` with the harness's pepper.
@@ -615,19 +596,12 @@ async fn a_pool_size_of_zero_is_refused_naming_the_setting() {
 
 // ---------------------------------------------------------------- serve
 
-/// A port that was free a moment ago (bind to port 0, read it, let it go).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
-}
-
 /// Starts `serve` on a free port, waits until it answers the OpenAPI document, sends
 /// SIGTERM, and returns how it ended.
 async fn serve_then_terminate(env: &[(&str, &str)]) -> Run {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let mut child = lectern(&["serve", "--listen", &listen], env).spawn().expect("spawn lectern-api serve");
-    let pid = child.id().expect("the child has a pid");
+    let mut serve = lectern(&["serve", "--listen", &listen], env).spawn();
     let url = format!("http://{listen}/v1/openapi.json");
     let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().expect("client");
     let deadline = Instant::now() + PROCESS_TIMEOUT;
@@ -636,22 +610,12 @@ async fn serve_then_terminate(env: &[(&str, &str)]) -> Run {
             assert_eq!(response.status().as_u16(), 200, "GET /v1/openapi.json");
             break;
         }
-        if let Some(status) = child.try_wait().expect("poll the child") {
-            let output = child.wait_with_output().await.expect("collect output");
-            panic!("serve exited before answering ({status}): {:#?}", Run::from_output(output));
-        }
+        serve.assert_running("before answering");
         assert!(Instant::now() < deadline, "serve did not answer on {listen} within {PROCESS_TIMEOUT:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let kill = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("run kill");
-    assert!(kill.success(), "kill -TERM {pid} failed");
-
-    let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-        .await
-        .expect("serve did not stop within 10 s of SIGTERM")
-        .expect("collect output");
-    Run::from_output(output)
+    serve.terminate(Duration::from_secs(10)).await
 }
 
 #[tokio::test]

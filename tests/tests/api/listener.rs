@@ -10,6 +10,7 @@ use lectern_api::keys::Scope;
 use lectern_api::rate_limit::Policy;
 use lectern_api::reads::notifications::{LISTENER_APPLICATION, SILENT_FAILURE_NOTICED_WITHIN};
 use lectern_tests::app::AppOptions;
+use lectern_tests::process::signal;
 use lectern_tests::seed::create_key;
 use lectern_tests::{ContactSeed, TestApp, TestDatabase};
 use sqlx::PgPool;
@@ -42,11 +43,6 @@ impl Drop for FrozenListener {
     fn drop(&mut self) {
         signal(self.pid, "CONT");
     }
-}
-
-fn signal(pid: i32, name: &str) {
-    let sent = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status();
-    assert!(sent.is_ok_and(|status| status.success()), "kill -{name} {pid} (the tests run as root or postgres)");
 }
 
 /// Asks `ask` every 10 ms until it says yes; returns how long that took, or fails

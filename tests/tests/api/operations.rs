@@ -9,20 +9,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lectern_api::keys::Scope;
 use lectern_api::reads::{lazy_pool, PoolSettings};
-use lectern_tests::binaries::lectern_api;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::free_port;
 use lectern_tests::postgres::TestPostgres;
-use lectern_tests::process::{Metrics, Service};
-use lectern_tests::seed::{create_key, TEST_PEPPER};
+use lectern_tests::process::Metrics;
+use lectern_tests::seed::create_key;
+use lectern_tests::serve::{Serve, SERVE_WITHIN};
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use serde_json::{json, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
 use uuid::Uuid;
 
-/// How long a binary may take to start, answer or stop before the test fails.
-const PROCESS_TIMEOUT: Duration = Duration::from_secs(60);
 /// Far longer than any readiness answer may take, far shorter than the hanging
 /// database's acquire timeout below.
 const READINESS_BOUND: Duration = Duration::from_secs(30);
@@ -416,82 +414,6 @@ async fn a_cors_preflight_is_not_a_success_and_grants_nothing() {
 // The real `serve` binary
 // ---------------------------------------------------------------------------------------
 
-/// `lectern-api serve` on free ports against `db`, with the harness's pepper.
-pub(crate) struct Serve {
-    pub(crate) service: Service,
-    /// The public address, `host:port`.
-    pub(crate) api: String,
-    operations: String,
-    http: reqwest::Client,
-}
-
-impl Serve {
-    pub(crate) async fn start(db: &TestDatabase, extra: &[(&str, &str)]) -> Self {
-        Self::start_on(&db.url, extra).await
-    }
-
-    async fn start_on(database_url: &str, extra: &[(&str, &str)]) -> Self {
-        let mut env = vec![
-            ("DATABASE_URL", database_url),
-            ("LECTERN_LISTEN", "127.0.0.1:0"),
-            ("LECTERN_METRICS_LISTEN", "127.0.0.1:0"),
-            ("LECTERN_KEY_PEPPER", TEST_PEPPER),
-        ];
-        env.extend_from_slice(extra);
-        let mut service = Service::spawn(&lectern_api(), &["serve"], &env);
-        let listening = service
-            .wait_for_log(PROCESS_TIMEOUT, |record| record["fields"]["message"] == "lectern-api listening")
-            .await;
-        let field = |name: &str| {
-            listening["fields"][name].as_str().unwrap_or_else(|| panic!("no {name} in {listening}")).to_owned()
-        };
-        let (api, operations) = (field("address"), field("metrics"));
-        Self { service, api, operations, http: reqwest::Client::new() }
-    }
-
-    pub(crate) fn api_url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.api)
-    }
-
-    pub(crate) fn operations_url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.operations)
-    }
-
-    pub(crate) async fn get(&self, key: Option<&str>, path: &str) -> Reply {
-        let mut request = self.http.get(self.api_url(path));
-        if let Some(key) = key {
-            request = request.header("X-API-Key", key);
-        }
-        Reply::read(request.send().await.expect("request reaches serve")).await
-    }
-
-    async fn metrics(&self) -> Metrics {
-        let response = self.http.get(self.operations_url("/metrics")).send().await.expect("scrape /metrics");
-        assert_eq!(response.status(), 200);
-        Metrics::parse(&response.text().await.expect("metrics text"))
-    }
-
-    /// Sends SIGTERM and returns at once; [`Serve::ended`] waits for the exit.
-    pub(crate) fn signal_stop(&self) {
-        let pid = self.service.pid().to_string();
-        let kill = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
-        assert!(kill.success(), "kill -TERM {pid} failed");
-    }
-
-    /// Waits for a process told to stop to exit with 0.
-    pub(crate) async fn ended(self) -> lectern_tests::process::Ended {
-        let ended = self.service.wait(PROCESS_TIMEOUT).await;
-        assert_eq!(ended.code, Some(0), "serve did not exit with 0 after SIGTERM:\n{}", ended.stderr);
-        ended
-    }
-
-    pub(crate) async fn stop(self) -> lectern_tests::process::Ended {
-        let ended = self.service.terminate(PROCESS_TIMEOUT).await;
-        assert_eq!(ended.code, Some(0), "SIGTERM did not end serve with exit 0:\n{}", ended.stderr);
-        ended
-    }
-}
-
 const REQUESTS: &str = "lectern_http_requests_total";
 const DURATION: &str = "lectern_http_request_duration_seconds";
 const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
@@ -507,7 +429,7 @@ async fn serve_counts_every_request_by_route_template_method_and_status_on_the_o
     let workspace = Uuid::new_v4();
     let (_, key) = create_key(&db.pool, workspace, &[Scope::ContactsRead]).await;
     let contact = ContactSeed::named("Acme GmbH").insert(&db.pool, workspace).await;
-    let serve = Serve::start(&db, &[("LECTERN_DB_POOL_SIZE", "7")]).await;
+    let serve = Serve::on(&db.url).envs(&[("LECTERN_DB_POOL_SIZE", "7")]).start().await;
 
     // Listings until the key cache has served a hit (its listener connects in the
     // background; until then lookups bypass the cache).
@@ -564,7 +486,7 @@ async fn serve_counts_every_request_by_route_template_method_and_status_on_the_o
 #[tokio::test]
 async fn serve_answers_404_in_the_error_shape_for_metrics_on_the_public_address() {
     let db = TestDatabase::create().await;
-    let serve = Serve::start(&db, &[]).await;
+    let serve = Serve::on(&db.url).start().await;
 
     let public = serve.get(None, "/metrics").await;
     let operations = serve.http.get(serve.operations_url("/metrics")).send().await.expect("scrape");
@@ -578,7 +500,7 @@ async fn serve_answers_404_in_the_error_shape_for_metrics_on_the_public_address(
 #[tokio::test]
 async fn serve_answers_healthz_and_readyz_on_both_addresses() {
     let db = TestDatabase::create().await;
-    let serve = Serve::start(&db, &[]).await;
+    let serve = Serve::on(&db.url).start().await;
 
     for url in [serve.api_url(""), serve.operations_url("")] {
         let live = Reply::read(serve.http.get(format!("{url}/healthz")).send().await.expect("healthz")).await;
@@ -592,7 +514,7 @@ async fn serve_answers_healthz_and_readyz_on_both_addresses() {
 
 #[tokio::test]
 async fn serve_is_not_ready_on_either_address_while_postgresql_is_unreachable() {
-    let serve = Serve::start_on(&format!("postgres://postgres@127.0.0.1:{}/lectern", free_port()), &[]).await;
+    let serve = Serve::on(&format!("postgres://postgres@127.0.0.1:{}/lectern", free_port())).start().await;
 
     for url in [serve.api_url("/readyz"), serve.operations_url("/readyz")] {
         let reply = Reply::read(serve.http.get(&url).send().await.expect("readyz")).await;
@@ -605,7 +527,7 @@ async fn serve_is_not_ready_on_either_address_while_postgresql_is_unreachable() 
 
 #[tokio::test]
 async fn serve_readiness_names_postgresql_as_the_problem_when_it_is_unreachable() {
-    let serve = Serve::start_on(&format!("postgres://postgres@127.0.0.1:{}/lectern", free_port()), &[]).await;
+    let serve = Serve::on(&format!("postgres://postgres@127.0.0.1:{}/lectern", free_port())).start().await;
 
     // Several probes on each address: the answer must not depend on which timer wins.
     let mut answers = Vec::new();
@@ -634,7 +556,7 @@ async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_
         create_key(&other.pool, workspace, &[Scope::ContactsRead]).await
     };
     let contact = ContactSeed::named("Acme GmbH").insert(&db.pool, workspace).await;
-    let serve = Serve::start(&db, &[]).await;
+    let serve = Serve::on(&db.url).start().await;
 
     let chosen = serve
         .http
@@ -659,13 +581,13 @@ async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_
     for reply in [&chosen, &listed, &refused, &anonymous] {
         let id = reply.header("x-request-id").expect("X-Request-Id").to_owned();
         let record = service
-            .wait_for_log(PROCESS_TIMEOUT, |record| {
+            .wait_for_log(SERVE_WITHIN, |record| {
                 record["fields"]["message"] == "request" && record["fields"]["request_id"] == id.as_str()
             })
             .await;
         logged.insert(id, record["fields"].clone());
     }
-    let ended = service.terminate(PROCESS_TIMEOUT).await;
+    let ended = service.terminate(SERVE_WITHIN).await;
 
     let field = |reply: &Reply, name: &str| logged[reply.header("x-request-id").expect("id")][name].clone();
     assert_eq!(field(&chosen, "route"), "/v1/contacts/{id}");
@@ -695,7 +617,7 @@ async fn serve_logs_one_line_per_request_with_its_request_id_route_template_and_
 #[tokio::test]
 async fn the_cause_of_a_5xx_is_logged_with_the_request_id_the_client_was_given() {
     // PostgreSQL nowhere: the key cannot be looked up, so the request is a 503.
-    let serve = Serve::start_on("postgres://postgres@127.0.0.1:1/nowhere", &[]).await;
+    let serve = Serve::on("postgres://postgres@127.0.0.1:1/nowhere").start().await;
     let key = format!("lk_live_{}_{}", "A".repeat(16), "B".repeat(43));
 
     let reply = serve.get(Some(&key), "/v1/contacts").await;
@@ -704,12 +626,12 @@ async fn the_cause_of_a_5xx_is_logged_with_the_request_id_the_client_was_given()
 
     let mut service = serve.service;
     let cause = service
-        .wait_for_log(PROCESS_TIMEOUT, |record| {
+        .wait_for_log(SERVE_WITHIN, |record| {
             record["fields"]["message"] == "request failed" && record["fields"]["request_id"] == id.as_str()
         })
         .await;
     assert!(cause["fields"]["error"].as_str().is_some_and(|error| !error.is_empty()), "no cause: {cause}");
-    let ended = service.terminate(PROCESS_TIMEOUT).await;
+    let ended = service.terminate(SERVE_WITHIN).await;
     assert_eq!(ended.code, Some(0), "{}", ended.stderr);
 }
 
@@ -720,7 +642,7 @@ const SERVER_ERROR_ALERT_SHARE: f64 = 0.05;
 /// 503s, and the share of 5xx among the counted requests passes the alert's threshold.
 #[tokio::test]
 async fn the_5xx_share_passes_its_alert_threshold_while_postgresql_is_unreachable() {
-    let serve = Serve::start_on("postgres://postgres@127.0.0.1:1/nowhere", &[]).await;
+    let serve = Serve::on("postgres://postgres@127.0.0.1:1/nowhere").start().await;
     let key = format!("lk_live_{}_{}", "A".repeat(16), "B".repeat(43));
 
     for _ in 0..3 {
@@ -749,7 +671,7 @@ async fn serve_keeps_its_memory_out_of_transparent_huge_pages() {
     for n in 0..20 {
         ContactSeed::named(&format!("Contact {n} GmbH")).at(n).insert(&db.pool, workspace).await;
     }
-    let serve = Serve::start(&db, &[]).await;
+    let serve = Serve::on(&db.url).start().await;
     for _ in 0..50 {
         serve.get(Some(&key), "/v1/contacts?limit=100").await.assert_ok();
         serve.get(Some(&key), "/v1/contacts?search=gmbh").await.assert_ok();
@@ -773,7 +695,7 @@ async fn serve_keeps_its_memory_out_of_transparent_huge_pages() {
 #[tokio::test]
 async fn sigterm_stops_serve_with_exit_0_and_closes_both_addresses() {
     let db = TestDatabase::create().await;
-    let serve = Serve::start(&db, &[]).await;
+    let serve = Serve::on(&db.url).start().await;
     let reply = serve.get(None, "/healthz").await;
     assert_eq!(reply.status, 200);
     let (api, operations) = (serve.api.clone(), serve.operations.clone());

@@ -11,12 +11,11 @@ use lectern_api::keys::{Environment, IssuedKey, ParsedKey, Pepper, Scope};
 use lectern_api::rate_limit::Policy;
 use lectern_tests::app::{AppOptions, TestApp};
 use lectern_tests::seed::{create_key, test_pepper};
+use lectern_tests::serve::Serve;
 use lectern_tests::TestDatabase;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use uuid::Uuid;
-
-use crate::operations::Serve;
 
 const BEFORE: &str = "the key pepper before the rotation, at least 32 bytes";
 const AFTER: &str = "the key pepper after the rotation, at least 32 bytes long";
@@ -160,7 +159,7 @@ async fn a_key_of_a_pepper_no_longer_listed_is_refused_and_its_log_line_names_it
     let db = TestDatabase::create().await;
     let (key_id, key) = key_under(&db.pool, BEFORE).await;
     let before = stored(&db.pool, &key_id).await;
-    let serve = Serve::start(&db, &[("LECTERN_KEY_PEPPER", AFTER)]).await;
+    let serve = Serve::on(&db.url).env("LECTERN_KEY_PEPPER", AFTER).start().await;
 
     let refused = serve.get(Some(&key), "/v1/contacts").await;
 

@@ -18,7 +18,7 @@ use lectern_api::keys::{Environment, IssuedKey, Scope};
 use lectern_api::rate_limit::Policy;
 use lectern_tests::app::{generous_policy, AppOptions};
 use lectern_tests::binaries::Run;
-use lectern_tests::process::run_to_end;
+use lectern_tests::process::Launch;
 use lectern_tests::seed::test_pepper;
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use secrecy::ExposeSecret;
@@ -445,7 +445,7 @@ async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
         ("DATABASE_URL", "postgres://postgres@127.0.0.1:1/lectern"),
     ];
     full_env.extend_from_slice(env);
-    run_to_end(&lectern_tests::binaries::lectern_api(), args, &full_env, PROCESS_TIMEOUT).await
+    Launch::api().args(args).envs(&full_env).run(PROCESS_TIMEOUT).await
 }
 
 #[tokio::test]

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use lectern_api::keys::Scope;
 use lectern_tests::seed::create_key;
+use lectern_tests::serve::Serve;
 use lectern_tests::TestDatabase;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-use crate::operations::Serve;
 
 /// How often the balancer asks each process's `/readyz`, as a load balancer would.
 const READINESS_EVERY: Duration = Duration::from_millis(100);
@@ -131,7 +130,10 @@ async fn a_rolling_restart_of_two_processes_refuses_no_connection_and_fails_no_r
     let db = TestDatabase::create().await;
     let (_, key) = create_key(&db.pool, Uuid::new_v4(), &[Scope::ContactsRead]).await;
     let settings = [("LECTERN_SHUTDOWN_GRACE_MS", GRACE_MS), NO_LIMITS[0], NO_LIMITS[1]];
-    let mut processes = [Some(Serve::start(&db, &settings).await), Some(Serve::start(&db, &settings).await)];
+    let mut processes = [
+        Some(Serve::on(&db.url).envs(&settings).start().await),
+        Some(Serve::on(&db.url).envs(&settings).start().await),
+    ];
     let addresses = processes.each_ref().map(|process| process.as_ref().expect("started").api.clone());
     let balancer = Balancer::start(addresses.clone(), key);
     balancer.wait_until_ready(0).await;
@@ -142,7 +144,7 @@ async fn a_rolling_restart_of_two_processes_refuses_no_connection_and_fails_no_r
         let stopping = processes[index].take().expect("running");
         stopping.stop().await;
         let listen = [("LECTERN_LISTEN", addresses[index].as_str())];
-        processes[index] = Some(Serve::start(&db, &[settings.as_slice(), listen.as_slice()].concat()).await);
+        processes[index] = Some(Serve::on(&db.url).envs(&settings).envs(&listen).start().await);
         balancer.wait_until_ready(index).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -157,7 +159,7 @@ async fn a_rolling_restart_of_two_processes_refuses_no_connection_and_fails_no_r
 async fn after_sigterm_both_listeners_say_not_ready_while_requests_are_still_served_then_it_exits() {
     let db = TestDatabase::create().await;
     let (_, key) = create_key(&db.pool, Uuid::new_v4(), &[Scope::ContactsRead]).await;
-    let serve = Serve::start(&db, &[("LECTERN_SHUTDOWN_GRACE_MS", "3000")]).await;
+    let serve = Serve::on(&db.url).env("LECTERN_SHUTDOWN_GRACE_MS", "3000").start().await;
     let http = reqwest::Client::new();
     let status = |url: String| {
         let request = http.get(url).header("X-API-Key", key.as_str());

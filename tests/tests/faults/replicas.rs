@@ -5,7 +5,6 @@
 //! already showed, is taken back by a read from the replica, and the replica going away
 //! costs no request.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lectern_api::keys::{store, Scope};
@@ -14,6 +13,7 @@ use lectern_api::reads::replicas::{ReplicaTarget, WalPosition};
 use lectern_api::reads::PoolSettings;
 use lectern_tests::app::{urlencode, AppOptions};
 use lectern_tests::postgres::TestPostgres;
+use lectern_tests::process::signal;
 use lectern_tests::seed::create_key;
 use lectern_tests::{ContactSeed, Reply, TestApp};
 use serde_json::Value;
@@ -228,20 +228,15 @@ impl Paused {
         .fetch_one(admin)
         .await
         .expect("find the listener's backend");
-        signal(pid, "-STOP");
+        signal(pid, "STOP");
         Self(pid)
     }
 }
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        signal(self.0, "-CONT");
+        signal(self.0, "CONT");
     }
-}
-
-fn signal(pid: i32, signal: &str) {
-    let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("run kill");
-    assert!(status.success(), "kill {signal} {pid} failed");
 }
 
 /// The rule: a page after the first is never read from a replica behind the page before

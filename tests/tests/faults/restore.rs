@@ -9,9 +9,10 @@
 use lectern_api::keys::Scope;
 use lectern_read_model::Commit;
 use lectern_tests::app::urlencode;
-use lectern_tests::binaries::{lectern_projector, Run};
+use lectern_tests::binaries::Run;
 use lectern_tests::nats::TestNats;
 use lectern_tests::postgres::TestPostgres;
+use lectern_tests::process::Launch;
 use lectern_tests::projector::{item_created, item_data, publish, RunningProjector};
 use lectern_tests::{ContactSeed, TestApp};
 use serde_json::{json, Value};
@@ -36,20 +37,13 @@ fn item_archived(workspace: Uuid, id: Uuid, version: i64) -> Value {
 
 /// `lectern-projector <args>` against the given NATS and database, to its end.
 async fn projector_command(nats_url: &str, database_url: &str, args: &[&str]) -> Run {
-    let output = tokio::process::Command::new(lectern_projector())
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    Launch::projector()
+        .args(args)
+        .runner_path()
         .env("NATS_URL", nats_url)
         .env("DATABASE_URL", database_url)
-        .env("NO_COLOR", "1")
-        .args(args)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(CONVERGES_WITHIN, output)
+        .run(CONVERGES_WITHIN)
         .await
-        .unwrap_or_else(|_| panic!("lectern-projector {args:?} did not finish within {CONVERGES_WITHIN:?}"))
-        .expect("run lectern-projector");
-    Run::from_output(output)
 }
 
 /// Both resources of a workspace, mirrored by one integration.

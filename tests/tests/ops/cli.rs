@@ -2,35 +2,17 @@
 //! the environment variables clap reads (`[env: NAME=...]`).
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
-use lectern_tests::binaries::{lectern_api, lectern_dev, lectern_projector, Run};
+use lectern_tests::binaries::Run;
+use lectern_tests::process::Launch;
 
 /// Variables the binaries read outside clap, so no `--help` lists them: the log
 /// filter and the log format (`lectern_runtime::init_logging`).
 pub const READ_OUTSIDE_CLAP: [&str; 2] = ["RUST_LOG", "LECTERN_LOG_FORMAT"];
 
-/// The built binary called `name` (built on first use).
-pub fn binary(name: &str) -> PathBuf {
-    match name {
-        "lectern-api" => lectern_api(),
-        "lectern-projector" => lectern_projector(),
-        "lectern-dev" => lectern_dev(),
-        other => panic!("{other:?} is not one of Lectern's binaries"),
-    }
-}
-
 /// `name args...` with an empty environment, so nothing of the runner's leaks in.
 pub fn run(name: &str, args: &[&str]) -> Run {
-    let output = Command::new(binary(name))
-        .args(args)
-        .env_clear()
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|error| panic!("run {name}: {error}"));
-    Run::from_output(output)
+    Launch::named(name).args(args).run_blocking()
 }
 
 /// What one `--help` page says.

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use lectern_tests::nats::TestNats;
 use lectern_tests::process::Metrics;
-use lectern_tests::projector::{contact_event, eventually, publish};
+use lectern_tests::projector::{contact_event, eventually, publish, ProjectorProcess};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use sqlx::Executor;
 use uuid::Uuid;
 
-use crate::operations::{all_acknowledged, Projector};
+use crate::operations::all_acknowledged;
 use crate::process::run_command;
 
 /// How long the binary may take to start, notice an outage or recover.
@@ -36,13 +36,8 @@ fn value(metrics: &Metrics, name: &str) -> Option<f64> {
     metrics.value(name, &[])
 }
 
-/// How many log records have `message` as their message.
-fn logged(projector: &Projector, message: &str) -> usize {
-    projector.service.log_records().iter().filter(|record| record["fields"]["message"] == message).count()
-}
-
 /// Whether the projector is connected to NATS and its read model level with the stream.
-async fn connected_and_level(projector: &Projector) -> bool {
+async fn connected_and_level(projector: &ProjectorProcess) -> bool {
     let metrics = projector.metrics().await;
     value(&metrics, NATS_CONNECTED) == Some(1.0)
         && value(&metrics, BEHIND_MESSAGES) == Some(0.0)
@@ -65,7 +60,7 @@ async fn publish_three_contacts(client: &async_nats::Client) {
 async fn while_nats_is_down_the_connection_gauge_is_0_and_staleness_keeps_rising_past_its_threshold() {
     let mut nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = Projector::start_with(&nats.url, &db.url, &[]).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
     projector.wait_for_readiness(200).await;
     let level = eventually(WITHIN, || connected_and_level(&projector)).await;
     assert!(level, "connected and level at first:\n{}", projector.metrics().await.text);
@@ -105,8 +100,8 @@ async fn while_nats_is_down_the_connection_gauge_is_0_and_staleness_keeps_rising
     assert_eq!(value(&while_down, BEHIND_MESSAGES), Some(3.0), "the last known count stays:\n{}", while_down.text);
     assert!(recovered, "never connected and level again:\n{}", projector.metrics().await.text);
     let lost = "lost the connection to NATS; reconnecting (nothing is applied meanwhile)";
-    assert_eq!(logged(&projector, lost), 1, "one warning for the loss:\n{}", projector.service.stderr());
-    assert_eq!(logged(&projector, "connected to NATS again"), 1, "one line when back:\n{}", projector.service.stderr());
+    assert_eq!(projector.service.logged(lost), 1, "one warning for the loss:\n{}", projector.service.stderr());
+    assert_eq!(projector.service.logged("connected to NATS again"), 1, "one line when back:\n{}", projector.service.stderr());
     projector.stop().await;
 }
 
@@ -124,12 +119,12 @@ async fn the_dead_letters_gauge_counts_the_tables_rows_across_a_restart_until_th
     let mut broken = contact_event("updated", workspace, contact, 2, "Acme GmbH");
     broken["data"]["isCustomer"] = Value::from("yes");
     publish(&client, &broken).await;
-    let projector = Projector::start_with(&nats.url, &db.url, &[]).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
     let counted = eventually(WITHIN, || async { value(&projector.metrics().await, DEAD_LETTERS) == Some(1.0) }).await;
     assert!(counted, "the gauge never counted the letter:\n{}", projector.metrics().await.text);
     projector.stop().await;
 
-    let restarted = Projector::start_with(&nats.url, &db.url, &[]).await;
+    let restarted = ProjectorProcess::on(&nats.url, &db.url).start().await;
     let still = eventually(WITHIN, || async { value(&restarted.metrics().await, DEAD_LETTERS) == Some(1.0) }).await;
     publish(&client, &contact_event("updated", workspace, contact, 2, "Acme GmbH")).await;
     let corrected = eventually(WITHIN, || all_acknowledged(&client)).await;
@@ -155,7 +150,7 @@ async fn events_that_waited_in_the_stream_land_above_the_publish_to_commit_thres
     publish_three_contacts(&client).await;
     tokio::time::sleep(Duration::from_secs_f64(PUBLISH_TO_COMMIT_ALERT_SECONDS + 1.0)).await;
 
-    let projector = Projector::start_with(&nats.url, &db.url, &[]).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
     let counted = eventually(WITHIN, || async {
         value(&projector.metrics().await, &format!("{PUBLISH_TO_COMMIT}_count")) == Some(3.0)
     })
@@ -183,7 +178,7 @@ async fn events_that_waited_in_the_stream_land_above_the_publish_to_commit_thres
 async fn a_drifted_verify_one_too_old_and_one_from_before_a_restore_show_in_the_last_verify_gauges() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = Projector::start_with(&nats.url, &db.url, &[]).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
     let client = nats.client().await;
     let workspace = Uuid::new_v4();
     publish(&client, &contact_event("created", workspace, Uuid::new_v4(), 1, "Acme")).await;

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lectern_tests::nats::{free_port, TestNats};
-use lectern_tests::projector::{contact_event, contact_row, eventually, publish_raw};
+use lectern_tests::projector::{contact_event, contact_row, eventually, publish_raw, ProjectorProcess};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::process::{changes, number, publish_all, run_command, status, subject_of, Projector};
+use crate::process::{changes, number, publish_all, run_command, status, subject_of};
 
 /// The example every upstream team starts from (schema/events/examples).
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/events/examples/contact.created.json");
@@ -41,7 +41,7 @@ async fn status_json_is_one_object_with_last_sequence_ack_floor_pending_and_dead
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let events: Vec<Value> = (0..20).map(|n| created(workspace, &format!("Contact {n}"))).collect();
     publish_all(&changes(&nats).await, &events).await;
     publish_raw(&nats.client().await, &format!("changes.{workspace}.contacts.{}", Uuid::new_v4()), b"{".to_vec()).await;
@@ -80,7 +80,7 @@ async fn status_text_states_the_same_numbers_in_words() {
 async fn publish_sends_an_event_file_to_its_own_subject_and_a_running_projector_applies_it() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
 
     let run = run_command(&nats.url, &db.url, &["publish", EXAMPLE], &[], None).await;
 
@@ -156,7 +156,7 @@ async fn run_creates_the_changes_stream_and_its_durable_pull_consumer_when_missi
     let jetstream = jetstream::new(nats.client().await);
     assert!(jetstream.get_stream("CHANGES").await.is_err(), "a fresh nats-server has no CHANGES stream");
 
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
 
     let set_up = eventually(WITHIN, || async {
         match jetstream.get_stream("CHANGES").await {
@@ -179,12 +179,12 @@ async fn run_creates_the_changes_stream_and_its_durable_pull_consumer_when_missi
 async fn run_keeps_retrying_while_nats_is_unreachable_and_exits_0_on_sigterm() {
     let nowhere = format!("nats://127.0.0.1:{}", free_port());
     let db = TestDatabase::create().await;
-    let mut projector = Projector::run(&nowhere, &db.url);
+    let mut projector = ProjectorProcess::on(&nowhere, &db.url).spawn();
 
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    projector.assert_running("with NATS unreachable");
-    let log = projector.stopped_log().await;
+    projector.service.assert_running("with NATS unreachable");
+    let log = projector.stop().await.stderr;
     // A stop before the consumer exists is logged as any other: operators wait for the line.
     assert!(log.contains("projector stopped"), "no line says the projector stopped:\n{log}");
 }

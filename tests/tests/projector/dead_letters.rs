@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use lectern_tests::binaries::Run;
 use lectern_tests::nats::TestNats;
+use lectern_tests::process::Launch;
 use lectern_tests::projector::{
     contact_event, contact_row, eventually, item_created, item_data, publish, publish_raw, RunningProjector,
 };
@@ -56,10 +57,13 @@ pub(crate) fn contact_subject(workspace: Uuid, id: Uuid) -> String {
 
 /// Runs the real `lectern-projector` with nothing in its environment but `env`.
 async fn projector_cli(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let binary = tokio::task::spawn_blocking(lectern_tests::binaries::lectern_projector).await.expect("build binary");
-    let mut full_env = vec![("RUST_LOG", "warn"), ("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0")];
-    full_env.extend_from_slice(env);
-    lectern_tests::process::run_to_end(&binary, args, &full_env, PROCESS_TIMEOUT).await
+    Launch::projector()
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0")
+        .envs(env)
+        .run(PROCESS_TIMEOUT)
+        .await
 }
 
 pub(crate) async fn dead_letters_cli(db: &TestDatabase, args: &[&str]) -> Run {

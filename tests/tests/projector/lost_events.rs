@@ -10,11 +10,11 @@ use async_nats::jetstream;
 use lectern_projector::stream::{STREAM, SUBJECTS};
 use lectern_tests::nats::TestNats;
 use lectern_tests::postgres::TestPostgres;
-use lectern_tests::projector::{contact_event, eventually, publish};
+use lectern_tests::projector::{contact_event, eventually, publish, ProjectorProcess};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::operations::{all_acknowledged, Projector};
+use crate::operations::all_acknowledged;
 use crate::process::{number, run_command, status};
 
 /// How long the projector may take to start, compare its ledger and catch up.
@@ -65,7 +65,7 @@ async fn acknowledged_events_the_stream_aged_out_raise_the_lost_events_alarm_unt
         })
         .await
         .expect("create the stream");
-    let projector = Projector::start_with(&nats.url, &original.url(), &[]).await;
+    let projector = ProjectorProcess::on(&nats.url, &original.url()).start().await;
     let workspace = Uuid::new_v4();
     let contacts: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
     publish_acknowledged(&client, workspace, &contacts, 1).await;
@@ -82,7 +82,7 @@ async fn acknowledged_events_the_stream_aged_out_raise_the_lost_events_alarm_unt
     assert!(aged_out, "the stream kept its events past {KEPT_FOR:?}");
     let restored = TestPostgres::start_new().await;
     restored.restore(&dump).await;
-    let mut projector = Projector::start_with(&nats.url, &restored.url(), &[]).await;
+    let mut projector = ProjectorProcess::on(&nats.url, &restored.url()).start().await;
 
     let alarm = projector
         .service
@@ -141,7 +141,7 @@ async fn after_a_failover_a_recreated_streams_events_the_standby_missed_are_appl
     lectern_api::reads::create_and_migrate(&primary.url()).await.expect("migrate");
     let nats = TestNats::start().await;
     let client = nats.client().await;
-    let projector = Projector::start_with(&nats.url, &primary.url(), &[]).await;
+    let projector = ProjectorProcess::on(&nats.url, &primary.url()).start().await;
     let workspace = Uuid::new_v4();
     let old_streams: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
     publish_acknowledged(&client, workspace, &old_streams, 1).await;
@@ -171,7 +171,7 @@ async fn after_a_failover_a_recreated_streams_events_the_standby_missed_are_appl
     primary.stop().await;
     standby.start().await;
     standby.promote().await;
-    let mut projector = Projector::start_with(&nats.url, &standby.url(), &[]).await;
+    let mut projector = ProjectorProcess::on(&nats.url, &standby.url()).start().await;
     projector
         .service
         .wait_for_log(WITHIN, |record| {

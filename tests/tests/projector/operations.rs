@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lectern_projector::stream::{CONSUMER, STREAM};
-use lectern_tests::binaries::{lectern_projector, Run};
+use lectern_tests::binaries::Run;
 use lectern_tests::nats::{free_port, TestNats};
-use lectern_tests::process::{run_to_end, Ended, Metrics, Service};
-use lectern_tests::projector::{contact_event, eventually, item_created, item_data, publish, publish_raw};
-use lectern_tests::{Reply, TestDatabase};
+use lectern_tests::process::Launch;
+use lectern_tests::projector::{
+    contact_event, eventually, item_created, item_data, publish, publish_raw, ProjectorProcess,
+};
+use lectern_tests::TestDatabase;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -26,76 +28,9 @@ const LAG: &str = "lectern_projector_consumer_lag";
 const FLUSH_WAIT: &str = "lectern_projector_flush_wait_seconds";
 const HANDED_BACK: &str = "lectern_projector_messages_handed_back_total";
 
-/// `lectern-projector run` with its operations listener on a free port.
-pub(crate) struct Projector {
-    pub(crate) service: Service,
-    operations: String,
-    http: reqwest::Client,
-}
-
-impl Projector {
-    async fn start(nats_url: &str, database_url: &str) -> Self {
-        Self::start_with(nats_url, database_url, &[]).await
-    }
-
-    /// [`Projector::start`] with `settings` (environment variables) added.
-    pub(crate) async fn start_with(nats_url: &str, database_url: &str, settings: &[(&str, &str)]) -> Self {
-        let mut env = vec![("NATS_URL", nats_url), ("DATABASE_URL", database_url)];
-        env.extend_from_slice(settings);
-        let mut service = Service::spawn(&lectern_projector(), &["run", "--metrics-listen", "127.0.0.1:0"], &env);
-        let operations = service.logged_field(WITHIN, "operations listener ready", "metrics").await;
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("client");
-        Self { service, operations, http }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.operations)
-    }
-
-    /// The answer to `path` on the operations address, or `None` while it does not answer.
-    async fn try_get(&self, path: &str) -> Option<Reply> {
-        match self.http.get(self.url(path)).send().await {
-            Ok(response) => Some(Reply::read(response).await),
-            Err(_) => None,
-        }
-    }
-
-    async fn get(&self, path: &str) -> Reply {
-        self.try_get(path)
-            .await
-            .unwrap_or_else(|| panic!("{} does not answer\n{}", self.url(path), self.service.stderr()))
-    }
-
-    /// Waits until `/readyz` answers `status`; returns that answer.
-    pub(crate) async fn wait_for_readiness(&self, status: u16) -> Reply {
-        let reached =
-            eventually(WITHIN, || async { self.try_get("/readyz").await.is_some_and(|reply| reply.status == status) })
-                .await;
-        let last = self.try_get("/readyz").await;
-        assert!(reached, "/readyz never answered {status}; last answer {last:?}\nlog:\n{}", self.service.stderr());
-        last.expect("/readyz answers")
-    }
-
-    pub(crate) async fn metrics(&self) -> Metrics {
-        let reply = self.get("/metrics").await;
-        assert_eq!(reply.status, 200, "{}", reply.text);
-        Metrics::parse(&reply.text)
-    }
-
-    /// `lectern-projector healthcheck --url <operations>/readyz`.
-    async fn healthcheck(&self) -> Run {
-        healthcheck(&self.url("/readyz")).await
-    }
-
-    pub(crate) async fn stop(self) -> Ended {
-        let ended = self.service.terminate(WITHIN).await;
-        assert_eq!(ended.code, Some(0), "SIGTERM did not end the projector with exit 0:\n{}", ended.stderr);
-        ended
-    }
-}
-
+/// `lectern-projector healthcheck --url <url>`, as a container's health check runs it.
 async fn healthcheck(url: &str) -> Run {
-    run_to_end(&lectern_projector(), &["healthcheck", "--url", url], &[], WITHIN).await
+    Launch::projector().args(["healthcheck", "--url", url]).run(WITHIN).await
 }
 
 /// Whether every message published so far was applied, committed and acknowledged.
@@ -110,10 +45,10 @@ pub(crate) async fn all_acknowledged(client: &async_nats::Client) -> bool {
 async fn the_projector_answers_healthz_200_and_readyz_200_once_connected() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = Projector::start(&nats.url, &db.url).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
 
     let ready = projector.wait_for_readiness(200).await;
-    let live = projector.get("/healthz").await;
+    let live = projector.get_operations("/healthz").await;
 
     assert_eq!(ready.body, json!({ "status": "ready" }));
     assert_eq!((live.status, live.body), (200, json!({ "status": "alive" })));
@@ -124,7 +59,7 @@ async fn the_projector_answers_healthz_200_and_readyz_200_once_connected() {
 async fn the_projector_counts_applied_events_by_type_dead_letters_by_entity_and_batches_until_lag_is_0() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = Projector::start(&nats.url, &db.url).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
     let client = nats.client().await;
     let workspace = Uuid::new_v4();
     let contacts: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
@@ -169,17 +104,17 @@ async fn the_projector_counts_applied_events_by_type_dead_letters_by_entity_and_
 async fn the_projector_is_not_ready_while_nats_is_down_and_ready_again_once_it_is_back() {
     let mut nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = Projector::start(&nats.url, &db.url).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
     projector.wait_for_readiness(200).await;
-    projector.healthcheck().await.assert_success();
+    healthcheck(&projector.operations_url("/readyz")).await.assert_success();
 
     nats.stop();
     let down = projector.wait_for_readiness(503).await;
-    let probe_while_down = projector.healthcheck().await;
-    let live_while_down = projector.get("/healthz").await;
+    let probe_while_down = healthcheck(&projector.operations_url("/readyz")).await;
+    let live_while_down = projector.get_operations("/healthz").await;
     nats.restart().await;
     let back = projector.wait_for_readiness(200).await;
-    let probe_when_back = projector.healthcheck().await;
+    let probe_when_back = healthcheck(&projector.operations_url("/readyz")).await;
 
     assert_eq!(down.body["status"], "not ready", "{}", down.text);
     let problems = down.body["problems"].to_string();
@@ -196,8 +131,8 @@ async fn the_projector_is_not_ready_while_nats_is_down_and_ready_again_once_it_i
 }
 
 /// A projector whose database is a port where nothing listens.
-async fn projector_without_postgresql(nats: &TestNats) -> Projector {
-    Projector::start(&nats.url, &format!("postgres://postgres@127.0.0.1:{}/lectern", free_port())).await
+async fn projector_without_postgresql(nats: &TestNats) -> ProjectorProcess {
+    ProjectorProcess::on(&nats.url, &format!("postgres://postgres@127.0.0.1:{}/lectern", free_port())).start().await
 }
 
 #[tokio::test]
@@ -206,7 +141,7 @@ async fn the_projector_is_not_ready_while_postgresql_is_unreachable() {
     let projector = projector_without_postgresql(&nats).await;
 
     let reply = projector.wait_for_readiness(503).await;
-    let probe = projector.healthcheck().await;
+    let probe = healthcheck(&projector.operations_url("/readyz")).await;
 
     assert_eq!(reply.body["status"], "not ready", "{}", reply.text);
     assert!(probe.code.is_some_and(|code| code != 0), "healthcheck passed while not ready: {probe:#?}");
@@ -239,9 +174,9 @@ async fn the_projector_healthcheck_fails_against_a_closed_port() {
 async fn sigterm_stops_the_projector_with_exit_0_and_closes_its_operations_address() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
-    let projector = Projector::start(&nats.url, &db.url).await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
     projector.wait_for_readiness(200).await;
-    let operations = projector.operations.clone();
+    let operations = projector.operations().to_owned();
 
     let ended = projector.stop().await;
 

@@ -6,22 +6,16 @@ use std::time::Duration;
 
 use lectern_tests::nats::{free_port, TestNats};
 use lectern_tests::postgres::TestPostgres;
-use lectern_tests::projector::{contact_event, eventually, publish};
+use lectern_tests::projector::{contact_event, eventually, publish, ProjectorProcess};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection};
 use uuid::Uuid;
 
-use crate::operations::Projector;
 use crate::process::run_command;
 
 /// How long the binary may take to start, notice an outage or recover.
 const WITHIN: Duration = Duration::from_secs(60);
-
-/// How many log records have `message` as their message.
-fn logged(projector: &Projector, message: &str) -> usize {
-    projector.service.log_records().iter().filter(|record| record["fields"]["message"] == message).count()
-}
 
 const POSTGRES_LOST: &str = "lost PostgreSQL; retrying (nothing is applied or acknowledged meanwhile)";
 const POSTGRES_BACK: &str = "PostgreSQL answers again";
@@ -40,14 +34,14 @@ async fn a_postgresql_outage_is_logged_once_when_lost_and_once_when_back_not_per
     let mut admin = PgConnection::connect(&server.url()).await.expect("connect to the private server");
     admin.execute("checkpoint").await.expect("checkpoint");
     drop(admin);
-    let projector = Projector::start_with(&nats.url, &server.url(), &[]).await;
+    let projector = ProjectorProcess::on(&nats.url, &server.url()).start().await;
     projector.wait_for_readiness(200).await;
     let client = nats.client().await;
 
     server.stop().await;
     publish(&client, &contact_event("created", Uuid::new_v4(), Uuid::new_v4(), 1, "Acme")).await;
-    let retried = eventually(WITHIN, || async { logged(&projector, BATCH_RETRIED) >= 3 }).await;
-    let lost_while_down = logged(&projector, POSTGRES_LOST);
+    let retried = eventually(WITHIN, || async { projector.service.logged(BATCH_RETRIED) >= 3 }).await;
+    let lost_while_down = projector.service.logged(POSTGRES_LOST);
     let lost_because = projector
         .service
         .log_records()
@@ -56,13 +50,13 @@ async fn a_postgresql_outage_is_logged_once_when_lost_and_once_when_back_not_per
         .map(|record| record["fields"]["error"].to_string())
         .unwrap_or_default();
     server.start().await;
-    let back = eventually(WITHIN, || async { logged(&projector, POSTGRES_BACK) == 1 }).await;
+    let back = eventually(WITHIN, || async { projector.service.logged(POSTGRES_BACK) == 1 }).await;
 
     assert!(retried, "the batch was retried at least 3 times:\n{}", projector.service.stderr());
     assert_eq!(lost_while_down, 1, "one line for the loss:\n{}", projector.service.stderr());
     assert!(lost_because.contains("Connection refused"), "the real cause, not the pool's timeout: {lost_because}");
     assert!(back, "one line when back:\n{}", projector.service.stderr());
-    assert_eq!(logged(&projector, POSTGRES_LOST), 1, "{}", projector.service.stderr());
+    assert_eq!(projector.service.logged(POSTGRES_LOST), 1, "{}", projector.service.stderr());
     projector.stop().await;
 }
 

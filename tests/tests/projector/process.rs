@@ -2,24 +2,21 @@
 //! middle of a large publish, stopped with SIGTERM with a batch in hand, and cut off from
 //! NATS or from PostgreSQL. Each test has its own nats-server and database.
 //!
-//! The process helpers here are shared with `commands.rs` and `redelivery.rs`.
+//! The helpers here (commands run to their end, the stream, a fleet of contacts and what
+//! the read model holds of it) are shared with the other process tests.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use lectern_tests::binaries::{lectern_projector, Run};
+use lectern_tests::binaries::Run;
 use lectern_tests::database::admin_url;
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{contact_event, eventually};
+use lectern_tests::projector::{contact_event, eventually, projector_command, ProjectorProcess};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection, PgPool};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
 use uuid::Uuid;
 
 /// How long any one process may take to finish before the test fails instead of hanging:
@@ -33,104 +30,6 @@ pub(crate) const CATCH_UP: Duration = Duration::from_secs(60);
 // Processes
 // ---------------------------------------------------------------------------------------
 
-/// `lectern-projector` with only the settings a test gives it, so the runner's own
-/// environment (NATS_URL, DATABASE_URL, RUST_LOG, LECTERN_*) cannot leak in.
-pub(crate) fn projector_command(nats_url: &str, database_url: &str) -> Command {
-    let mut command = Command::new(lectern_projector());
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("NATS_URL", nats_url)
-        .env("DATABASE_URL", database_url)
-        .env("NO_COLOR", "1")
-        // Tests run in parallel: the operations listener must not fight over its default port.
-        .env("LECTERN_PROJECTOR_METRICS_LISTEN", "127.0.0.1:0")
-        .kill_on_drop(true);
-    command
-}
-
-/// A running `lectern-projector run`, its stderr collected; SIGKILLed if dropped.
-pub(crate) struct Projector {
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl Projector {
-    pub(crate) fn run(nats_url: &str, database_url: &str) -> Self {
-        Self::run_with(nats_url, database_url, &[])
-    }
-
-    pub(crate) fn run_with(nats_url: &str, database_url: &str, env: &[(&str, &str)]) -> Self {
-        let mut command = projector_command(nats_url, database_url);
-        command.arg("run").envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start lectern-projector run");
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().expect("piped stderr");
-        let sink = Arc::clone(&log);
-        // Drained continuously, so a chatty outage can never block the process on a full pipe.
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut log = sink.lock().expect("projector log");
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        Self { child, log }
-    }
-
-    /// What the process has written to stderr so far.
-    pub(crate) fn log(&self) -> String {
-        self.log.lock().expect("projector log").clone()
-    }
-
-    /// Fails the test, with the process's log, if it has exited.
-    pub(crate) fn assert_running(&mut self, when: &str) {
-        if let Some(status) = self.child.try_wait().expect("poll the projector process") {
-            panic!("the projector exited ({status}) {when}; its log:\n{}", self.log());
-        }
-    }
-
-    /// Sends `signal` (e.g. "TERM") with kill(1), as an operator or a supervisor would.
-    pub(crate) fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("the projector has not been reaped yet");
-        let sent = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -{signal} {pid} failed");
-    }
-
-    /// Waits (at most [`PROCESS_TIMEOUT`]) for the process to end.
-    pub(crate) async fn exit(&mut self) -> ExitStatus {
-        match tokio::time::timeout(PROCESS_TIMEOUT, self.child.wait()).await {
-            Ok(status) => status.expect("wait for the projector"),
-            Err(_) => panic!("the projector did not exit within {PROCESS_TIMEOUT:?}; its log:\n{}", self.log()),
-        }
-    }
-
-    /// SIGTERM, then a clean exit 0 within [`PROCESS_TIMEOUT`].
-    pub(crate) async fn stop(self) {
-        self.stopped_log().await;
-    }
-
-    /// [`Self::stop`], returning everything it logged.
-    pub(crate) async fn stopped_log(mut self) -> String {
-        self.signal("TERM");
-        let status = self.exit().await;
-        assert_eq!(status.code(), Some(0), "SIGTERM did not end in exit 0 ({status}); log:\n{}", self.log());
-        self.log()
-    }
-
-    /// SIGKILL: no chance to finish, commit or acknowledge anything.
-    pub(crate) async fn kill(mut self) {
-        self.child.start_kill().expect("SIGKILL the projector");
-        let status = self.exit().await;
-        assert_eq!(status.code(), None, "the projector was not killed by the signal: {status}");
-    }
-}
-
 /// Runs `lectern-projector <args>` to completion, with `env` added and `stdin` fed in.
 pub(crate) async fn run_command(
     nats_url: &str,
@@ -139,28 +38,13 @@ pub(crate) async fn run_command(
     env: &[(&str, &str)],
     stdin: Option<&str>,
 ) -> Run {
-    let mut command = projector_command(nats_url, database_url);
-    command
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().expect("start lectern-projector");
-    if let Some(text) = stdin {
-        let mut input = child.stdin.take().expect("piped stdin");
-        input.write_all(text.as_bytes()).await.expect("write the command's stdin");
-        // Dropping it closes stdin: the command reads to the end.
+    let command = projector_command(nats_url, database_url).args(args).envs(env);
+    match stdin {
+        Some(text) => command.stdin(text),
+        None => command,
     }
-    let output = tokio::time::timeout(PROCESS_TIMEOUT, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("lectern-projector {args:?} did not finish within {PROCESS_TIMEOUT:?}"))
-        .expect("wait for lectern-projector");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    .run(PROCESS_TIMEOUT)
+    .await
 }
 
 /// `lectern-projector status --output json`, which must succeed with one JSON object.
@@ -219,7 +103,7 @@ pub(crate) async fn changes(nats: &TestNats) -> jetstream::Context {
 
 /// Waits until the projector has acknowledged every message the stream holds (the
 /// consumer is there once the projector has started).
-pub(crate) async fn acknowledged_everything(nats: &TestNats, projector: &Projector) {
+pub(crate) async fn acknowledged_everything(nats: &TestNats, projector: &ProjectorProcess) {
     let jetstream = jetstream::new(nats.client().await);
     let caught_up = eventually(CATCH_UP, || async {
         let Ok(mut stream) = jetstream.get_stream("CHANGES").await else { return false };
@@ -307,7 +191,7 @@ impl Fleet {
     }
 
     /// Waits until every contact is at `version`.
-    pub(crate) async fn assert_all_reach(&self, pool: &PgPool, version: i64, projector: &Projector) {
+    pub(crate) async fn assert_all_reach(&self, pool: &PgPool, version: i64, projector: &ProjectorProcess) {
         let reached = eventually(CATCH_UP, || async { self.at_version(pool, version).await == self.ids.len() }).await;
         assert!(
             reached,
@@ -412,7 +296,7 @@ async fn kill_9_in_the_middle_of_a_large_publish_then_a_restart_ends_with_every_
     let events = fleet.events(1..=100);
     let total = events.len();
     let jetstream = changes(&nats).await;
-    let first = Projector::run(&nats.url, &db.url);
+    let first = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let (killed, after_kill) = tokio::sync::oneshot::channel::<()>();
     let publisher = tokio::spawn({
         let events = events.clone();
@@ -432,7 +316,7 @@ async fn kill_9_in_the_middle_of_a_large_publish_then_a_restart_ends_with_every_
     let ack_floor_at_kill = consumer_info(&nats).await.ack_floor.stream_sequence;
     let stored_at_kill = fleet.versions(&db.pool).await;
     killed.send(()).expect("the publisher waits for the kill");
-    let mut second = Projector::run(&nats.url, &db.url);
+    let mut second = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let sequences = tokio::time::timeout(CATCH_UP, publisher)
         .await
         .expect("the publish finishes within a minute")
@@ -447,27 +331,26 @@ async fn kill_9_in_the_middle_of_a_large_publish_then_a_restart_ends_with_every_
     assert_eq!(number(&status, "lastSequence"), u64::try_from(total).expect("total"), "{status}");
     assert_eq!(number(&status, "pending"), 0, "{status}");
     assert_eq!(number(&status, "deadLetters"), 0, "{status}");
-    second.assert_running("after catching up");
+    second.service.assert_running("after catching up");
     second.stop().await;
 }
 
 /// Starts a projector whose first batch waits on a lock on `contacts`, sends it SIGTERM
-/// once that batch is in hand, then releases the lock; returns the exit and the log.
-async fn stop_with_a_batch_in_hand(nats: &TestNats, db: &TestDatabase) -> (ExitStatus, String) {
+/// once that batch is in hand, then releases the lock; returns how it ended.
+async fn stop_with_a_batch_in_hand(nats: &TestNats, db: &TestDatabase) -> Run {
     let mut lock = db.pool.begin().await.expect("begin the lock transaction");
     lock.execute("lock table contacts in access exclusive mode").await.expect("lock contacts");
     // Two batches of 1,000 at most per stop, whatever the default, so that three stops
     // leave events for the last projector.
     let settings = [("LECTERN_PROJECTOR_BATCH_SIZE", "1000"), ("LECTERN_PROJECTOR_CONCURRENT_BATCHES", "2")];
-    let mut projector = Projector::run_with(&nats.url, &db.url, &settings);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).envs(&settings).spawn();
     let in_hand = eventually(CATCH_UP, || async { db.sessions_waiting_on_a_lock().await > 0 }).await;
     assert!(in_hand, "the projector never started writing a batch; its log:\n{}", projector.log());
-    projector.signal("TERM");
+    projector.service.signal("TERM");
     let noticed = eventually(PROCESS_TIMEOUT, || async { projector.log().contains("shutting down") }).await;
     assert!(noticed, "the projector did not notice SIGTERM; its log:\n{}", projector.log());
     lock.rollback().await.expect("release the lock");
-    let exit = projector.exit().await;
-    (exit, projector.log())
+    projector.service.wait(PROCESS_TIMEOUT).await
 }
 
 #[tokio::test]
@@ -483,9 +366,10 @@ async fn sigterm_finishes_the_batch_in_hand_commits_acknowledges_and_exits_0() {
     // pulled in hand: at most two of 1,000 events, so some are left for the last projector.
     let mut before = 0;
     for stop in 1..=3 {
-        let (exit, log) = stop_with_a_batch_in_hand(&nats, &db).await;
+        let ended = stop_with_a_batch_in_hand(&nats, &db).await;
+        let log = ended.stderr;
 
-        assert_eq!(exit.code(), Some(0), "stop {stop}: SIGTERM did not end in exit 0 ({exit}); log:\n{log}");
+        assert_eq!(ended.code, Some(0), "stop {stop}: SIGTERM did not end in exit 0; log:\n{log}");
         let consumer = consumer_info(&nats).await;
         let delivered = consumer.delivered.stream_sequence;
         assert!(delivered > before, "stop {stop}: no batch was in hand: {consumer:#?}");
@@ -510,7 +394,7 @@ async fn sigterm_finishes_the_batch_in_hand_commits_acknowledges_and_exits_0() {
         before = delivered;
     }
 
-    let last = Projector::run(&nats.url, &db.url);
+    let last = ProjectorProcess::on(&nats.url, &db.url).spawn();
     fleet.assert_all_reach(&db.pool, 61, &last).await;
     let status = status(&nats.url, &db.url).await;
     assert_eq!((number(&status, "lastSequence"), number(&status, "pending")), (total, 0), "{status}");
@@ -522,18 +406,18 @@ async fn after_a_nats_outage_the_projector_reconnects_by_itself_and_applies_what
     let mut nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let fleet = Fleet::new(10);
-    let mut projector = Projector::run(&nats.url, &db.url);
+    let mut projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     publish_all(&changes(&nats).await, &fleet.events(1..=1)).await;
     fleet.assert_all_reach(&db.pool, 1, &projector).await;
 
     nats.stop();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    projector.assert_running("while NATS was down");
+    projector.service.assert_running("while NATS was down");
     nats.restart().await;
     publish_all(&changes(&nats).await, &fleet.events(2..=3)).await;
 
     fleet.assert_all_reach(&db.pool, 3, &projector).await;
-    projector.assert_running("after NATS came back");
+    projector.service.assert_running("after NATS came back");
     projector.stop().await;
 }
 
@@ -542,7 +426,7 @@ async fn postgres_connections_cut_again_and_again_lose_nothing_and_dead_letter_n
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let fleet = Fleet::new(100);
-    let mut projector = Projector::run(&nats.url, &db.url);
+    let mut projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let jetstream = changes(&nats).await;
     let mut admin = admin().await;
 
@@ -564,7 +448,7 @@ async fn postgres_connections_cut_again_and_again_lose_nothing_and_dead_letter_n
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let ended = tokio::time::timeout(PROCESS_TIMEOUT, cutting).await.expect("the cuts end").expect("cutting task");
-    projector.assert_running("during the database outage");
+    projector.service.assert_running("during the database outage");
 
     assert!(ended > 0, "no session was ever cut: the test did not make an outage");
     fleet.assert_all_reach(&db.pool, 20, &projector).await;
@@ -576,7 +460,7 @@ async fn postgres_connections_cut_again_and_again_lose_nothing_and_dead_letter_n
     })
     .await;
     assert!(acknowledged, "status after the outage: {}", status(&nats.url, &db.url).await);
-    projector.assert_running("after the database outage");
+    projector.service.assert_running("after the database outage");
     projector.stop().await;
 }
 
@@ -587,7 +471,7 @@ async fn events_are_not_acknowledged_while_the_database_refuses_connections_and_
     let fleet = Fleet::new(50);
     let events = fleet.events(1..=2);
     let total = u64::try_from(events.len()).expect("total");
-    let mut projector = Projector::run(&nats.url, &db.url);
+    let mut projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let jetstream = changes(&nats).await;
     let mut admin = admin().await;
     allow_connections(&mut admin, &db.name, false).await;
@@ -604,7 +488,7 @@ async fn events_are_not_acknowledged_while_the_database_refuses_connections_and_
         total,
         "every event is still pending or unacknowledged: {during:#?}"
     );
-    projector.assert_running("while the database refused connections");
+    projector.service.assert_running("while the database refused connections");
 
     allow_connections(&mut admin, &db.name, true).await;
     fleet.assert_all_reach(&db.pool, 2, &projector).await;

@@ -3,21 +3,19 @@
 //! database; the API runs in the test's process on the same database.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use lectern_api::keys::Scope;
 use lectern_tests::app::{urlencode, TestApp};
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{contact_event, eventually};
+use lectern_tests::projector::{contact_event, eventually, projector_command, ProjectorProcess};
 use lectern_tests::TestDatabase;
 use serde_json::Value;
 use sqlx::Connection;
 use uuid::Uuid;
 
 use crate::process::{
-    acknowledged_everything, changes, projector_command, publish_all, run_command, stream_with_early_events_dropped,
-    tamper, Projector, CATCH_UP,
+    acknowledged_everything, changes, publish_all, run_command, stream_with_early_events_dropped, tamper, CATCH_UP,
 };
 
 async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, String) {
@@ -29,9 +27,7 @@ async fn rebuild(nats: &TestNats, db: &TestDatabase) -> (Option<i32>, Value, Str
 /// Starts `rebuild` on the database at `url` and kills it (`kill -9`) once it has recorded a
 /// position.
 async fn kill_a_rebuild_midway(nats_url: &str, url: &str, pool: &sqlx::PgPool) {
-    let mut command = projector_command(nats_url, url);
-    command.args(["rebuild"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = command.spawn().expect("start a rebuild");
+    let rebuild = projector_command(nats_url, url).arg("rebuild").spawn();
     let midway = eventually(Duration::from_secs(60), || async {
         let through: Option<i64> = sqlx::query_scalar("select through_sequence from read_model_rebuild")
             .fetch_optional(pool)
@@ -41,8 +37,7 @@ async fn kill_a_rebuild_midway(nats_url: &str, url: &str, pool: &sqlx::PgPool) {
     })
     .await;
     assert!(midway, "the rebuild never recorded a position");
-    child.start_kill().expect("kill -9 the rebuild");
-    let _ = child.wait().await;
+    rebuild.kill(CATCH_UP).await;
 }
 
 async fn verify_agrees(nats: &TestNats, db: &TestDatabase) {
@@ -93,7 +88,7 @@ async fn a_rebuild_corrects_exactly_the_drifted_records_and_a_client_following_t
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let ids: Vec<Uuid> = (0..30).map(|_| Uuid::new_v4()).collect();
     let mut events: Vec<Value> =
         ids.iter().enumerate().map(|(n, id)| contact_event("created", workspace, *id, 1, &format!("C{n}"))).collect();
@@ -181,7 +176,7 @@ async fn a_rebuild_killed_midway_leaves_the_live_model_untouched_and_the_next_ru
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let ids: Vec<Uuid> = (0..4_000).map(|_| Uuid::new_v4()).collect();
     let mut events: Vec<Value> = Vec::new();
     for version in 1..=5 {
@@ -224,7 +219,7 @@ async fn during_a_rebuild_under_load_every_api_request_succeeds_and_every_event_
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let jetstream = changes(&nats).await;
     let ids: Vec<Uuid> = (0..2_000).map(|_| Uuid::new_v4()).collect();
     let created: Vec<Value> = ids.iter().map(|id| contact_event("created", workspace, *id, 1, "v1")).collect();
@@ -320,7 +315,7 @@ async fn a_column_a_migration_adds_to_the_read_model_is_filled_for_every_record_
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let ids: Vec<Uuid> = (0..50).map(|_| Uuid::new_v4()).collect();
     let mut events: Vec<Value> =
         ids.iter().enumerate().map(|(n, id)| contact_event("created", workspace, *id, 1, &format!("c{n}"))).collect();
@@ -377,7 +372,7 @@ async fn a_rebuild_resumed_after_a_database_crash_starts_again_and_removes_nothi
     lectern_api::reads::create_and_migrate(&url).await.expect("migrate");
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&url).await.expect("connect");
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &url);
+    let projector = ProjectorProcess::on(&nats.url, &url).spawn();
     // The first 1,000 events are the only ones of their records: a shadow that lost them
     // and went on from where it had been would remove those records.
     let only_early: Vec<Uuid> = (0..1_000).map(|_| Uuid::new_v4()).collect();
@@ -431,7 +426,7 @@ async fn a_rebuild_that_would_remove_more_than_a_tenth_of_a_workspace_stops_unle
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let ids: Vec<Uuid> = (0..40).map(|_| Uuid::new_v4()).collect();
     let events: Vec<Value> =
         ids.iter().enumerate().map(|(n, id)| contact_event("created", workspace, *id, 1, &format!("C{n}"))).collect();

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::consumer::{self, AckPolicy};
 use lectern_projector::stream::{ensure_consumer, ACK_WAIT, CONSUMER, STREAM, SUBJECTS};
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{eventually, RunningProjector};
+use lectern_tests::projector::{eventually, ProjectorProcess, RunningProjector};
 use lectern_tests::TestDatabase;
 use sqlx::Executor;
 
 use crate::process::{
-    admin, allow_connections, changes, consumer_info, publish_all, terminate_sessions, Fleet, Projector, CATCH_UP,
+    admin, allow_connections, changes, consumer_info, publish_all, terminate_sessions, Fleet, CATCH_UP,
 };
 
 /// How soon after a restart the batch a killed projector had in hand must be visible:
@@ -29,7 +29,7 @@ async fn after_kill_9_the_batch_the_projector_had_in_hand_is_visible_within_seco
     let mut admin = admin().await;
     allow_connections(&mut admin, &db.name, false).await;
     terminate_sessions(&mut admin, &db.name).await;
-    let first = Projector::run(&nats.url, &db.url);
+    let first = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let in_hand = eventually(CATCH_UP, || async {
         unacknowledged(&nats).await == 50 && first.log().contains("applying a batch failed")
     })
@@ -44,7 +44,7 @@ async fn after_kill_9_the_batch_the_projector_had_in_hand_is_visible_within_seco
     first.kill().await;
     allow_connections(&mut admin, &db.name, true).await;
     let restarted = Instant::now();
-    let second = Projector::run(&nats.url, &db.url);
+    let second = ProjectorProcess::on(&nats.url, &db.url).spawn();
     fleet.assert_all_reach(&db.pool, 1, &second).await;
     let took = restarted.elapsed();
 

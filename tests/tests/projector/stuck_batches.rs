@@ -5,13 +5,12 @@
 use std::time::Duration;
 
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{contact_event, eventually, publish};
+use lectern_tests::projector::{contact_event, eventually, publish, ProjectorProcess};
 use lectern_tests::TestDatabase;
 use serde_json::{json, Value};
 use sqlx::Executor;
 use uuid::Uuid;
 
-use crate::operations::Projector;
 use crate::process::status;
 
 const STUCK: &str = "lectern_projector_batches_stuck";
@@ -35,7 +34,8 @@ async fn a_batch_in_hand_past_the_bound_shows_in_readiness_the_gauge_and_status_
     let mut lock = db.pool.begin().await.expect("begin the lock transaction");
     lock.execute("lock table contacts in access exclusive mode").await.expect("lock contacts");
     // Started after publishing, so its one batch holds all three.
-    let projector = Projector::start_with(&nats.url, &db.url, &[("LECTERN_PROJECTOR_STUCK_AFTER", "2")]).await;
+    let projector =
+        ProjectorProcess::on(&nats.url, &db.url).envs(&[("LECTERN_PROJECTOR_STUCK_AFTER", "2")]).start().await;
     let held = eventually(WITHIN, || async { db.sessions_waiting_on_a_lock().await > 0 }).await;
     assert!(held, "the projector never started writing its batch\n{}", projector.service.stderr());
 

@@ -5,14 +5,12 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lectern_tests::nats::TestNats;
-use lectern_tests::projector::{contact_event, item_created, item_data, publish_raw};
+use lectern_tests::projector::{contact_event, item_created, item_data, publish_raw, ProjectorProcess};
 use lectern_tests::TestDatabase;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::process::{
-    acknowledged_everything, changes, run_command, status, stream_with_early_events_dropped, tamper, Projector,
-};
+use crate::process::{acknowledged_everything, changes, run_command, status, stream_with_early_events_dropped, tamper};
 
 /// A verify's run: its exit code, and its JSON verdict.
 struct Verified {
@@ -101,7 +99,7 @@ async fn a_clean_model_agrees_and_each_row_changed_deleted_or_inserted_by_sql_is
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let (watched, other) = (Uuid::new_v4(), Uuid::new_v4());
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let (events, contacts, items) = history(watched, other);
     let jetstream = changes(&nats).await;
     publish(&jetstream, &events).await;
@@ -179,7 +177,7 @@ async fn events_published_and_applied_while_a_verify_runs_are_not_drift() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let workspace = Uuid::new_v4();
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     let jetstream = changes(&nats).await;
     let ids: Vec<Uuid> = (0..400).map(|_| Uuid::new_v4()).collect();
     let created: Vec<Value> = ids.iter().map(|id| contact_event("created", workspace, *id, 1, "First")).collect();
@@ -251,7 +249,7 @@ async fn a_verify_cannot_tell_before_a_projector_has_applied_what_it_read_nor_wh
 
     // A projector that applied the first four and stopped: the three after are not drift,
     // and the verify cannot tell them from drift.
-    let projector = Projector::run(&nats.url, &db.url);
+    let projector = ProjectorProcess::on(&nats.url, &db.url).spawn();
     acknowledged_everything(&nats, &projector).await;
     projector.stop().await;
     let more: Vec<Value> =

@@ -15,15 +15,14 @@ use lectern_tests::TestDatabase;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use lectern_tests::binaries::{lectern_dev, Run};
-use lectern_tests::process::run_to_end;
+use lectern_tests::binaries::Run;
+use lectern_tests::process::Launch;
 
 const WITHIN: Duration = Duration::from_secs(60);
 
 /// `lectern-dev publish-demo <args>` against `nats`, run to its end.
 async fn publish_demo_command(nats: &TestNats, args: &[&str]) -> Run {
-    let args: Vec<&str> = std::iter::once("publish-demo").chain(args.iter().copied()).collect();
-    run_to_end(&lectern_dev(), &args, &[("NATS_URL", &nats.url)], WITHIN).await
+    Launch::dev().arg("publish-demo").args(args).env("NATS_URL", &nats.url).run(WITHIN).await
 }
 
 /// How many messages the `CHANGES` stream holds.
@@ -181,7 +180,7 @@ async fn publish_demo_takes_a_comma_separated_nats_url_as_the_projector_does() {
     let nobody = format!("nats://127.0.0.1:{}", lectern_tests::nats::free_port());
     let servers = format!("{nobody},{}", nats.url);
 
-    let run = run_to_end(&lectern_dev(), &["publish-demo"], &[("NATS_URL", &servers)], WITHIN).await;
+    let run = Launch::dev().arg("publish-demo").env("NATS_URL", &servers).run(WITHIN).await;
 
     run.assert_success();
     assert_eq!(stored_messages(&nats).await, u64::try_from(demo_events(DEMO_WORKSPACE).len()).expect("a count"));

@@ -7,13 +7,12 @@ use lectern_fixtures::demo::{demo_events, record_counts, DEMO_WORKSPACE};
 use lectern_schema::events::EntityKind;
 use lectern_tests::binaries::Run;
 use lectern_tests::nats::{free_port, TestNats};
-use lectern_tests::process::run_to_end;
 use lectern_tests::projector::eventually;
 use lectern_tests::TestDatabase;
 use sqlx::{Executor, PgPool};
 
 use crate::support::{
-    connect, dead_letters, final_states, missing_database, spawn_dev, state_after, stored_states, stream_state, Dev,
+    connect, dead_letters, dev, final_states, missing_database, state_after, stored_states, stream_state, Dev,
     PROCESS_TIMEOUT, STARTUP,
 };
 
@@ -107,14 +106,12 @@ async fn sigterm_while_the_demo_is_being_projected_exits_0_with_the_batch_in_han
     // The projector's first batch waits on this lock, so SIGTERM lands with it in hand.
     let mut lock = db.pool.begin().await.expect("begin the lock transaction");
     lock.execute("lock table contacts in access exclusive mode").await.expect("lock contacts");
-    let mut service = spawn_dev(&db.url, &nats.url);
+    let mut service = dev(&db.url, &nats.url).json_logs().spawn();
     let in_hand =
         eventually(STARTUP, || async { projector_sessions_waiting_on_a_lock(&db.pool, &db.name).await > 0 }).await;
     assert!(in_hand, "the projector never started writing a batch:\n{}", service.stderr());
 
-    let pid = service.pid().to_string();
-    let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
-    assert!(sent.success(), "kill -TERM {pid}");
+    service.signal("TERM");
     service
         .wait_for_log(PROCESS_TIMEOUT, |record| {
             record["fields"]["message"] == "shutting down: finishing in-flight work"
@@ -158,13 +155,7 @@ async fn sigterm_while_the_demo_is_being_projected_exits_0_with_the_batch_in_han
 /// `lectern-dev` run to its end against `nats_url` (and a database it creates).
 async fn dev_with_nats_at(nats_url: &str) -> Run {
     let (url, _) = missing_database();
-    run_to_end(
-        &lectern_tests::binaries::lectern_dev(),
-        &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
-        &[("DATABASE_URL", &url), ("NATS_URL", nats_url)],
-        PROCESS_TIMEOUT,
-    )
-    .await
+    dev(&url, nats_url).run(PROCESS_TIMEOUT).await
 }
 
 #[tokio::test]

@@ -7,9 +7,8 @@ use std::time::Duration;
 use lectern_api::reads::MIGRATOR;
 use lectern_fixtures::demo::{demo_events, expected_active_counts, DEMO_WORKSPACE};
 use lectern_schema::events::EntityKind;
-use lectern_tests::binaries::{lectern_api, lectern_projector};
 use lectern_tests::nats::{free_port, TestNats};
-use lectern_tests::process::run_to_end;
+use lectern_tests::process::Launch;
 use lectern_tests::Reply;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -128,9 +127,8 @@ async fn healthcheck_exits_0_against_dev_readyz_and_non_zero_against_a_closed_po
     let nats = TestNats::start().await;
     let (url, _) = missing_database();
     let dev = Dev::start(&url, &nats.url).await;
-    let healthcheck = |url: String| async move {
-        run_to_end(&lectern_api(), &["healthcheck", "--url", &url], &[], PROCESS_TIMEOUT).await
-    };
+    let healthcheck =
+        |url: String| async move { Launch::api().args(["healthcheck", "--url", &url]).run(PROCESS_TIMEOUT).await };
 
     let public = healthcheck(dev.printed.api_url("/readyz")).await;
     let operations = healthcheck(dev.printed.operations_url("/readyz")).await;
@@ -212,7 +210,7 @@ async fn dev_serves_the_demo_history_in_the_changes_feed_and_a_published_change_
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/events/examples/contact.updated.json");
     let published =
-        run_to_end(&lectern_projector(), &["publish", example], &[("NATS_URL", &nats.url)], PROCESS_TIMEOUT).await;
+        Launch::projector().args(["publish", example]).env("NATS_URL", &nats.url).run(PROCESS_TIMEOUT).await;
     published.assert_success();
     let reply = waiting.await.expect("the waiting request");
     reply.assert_ok();
@@ -244,9 +242,7 @@ async fn the_webhook_command_dev_prints_registers_a_local_receiver_that_dev_then
     let url_at = arguments.iter().position(|word| word == "--url").expect("the printed command names --url") + 1;
     arguments[url_at] = receiver.url.clone();
     arguments.extend(["--output".to_owned(), "json".to_owned()]);
-    let mut command = vec!["webhooks"];
-    command.extend(arguments.iter().map(String::as_str));
-    let run = run_to_end(&lectern_api(), &command, &[("DATABASE_URL", url.as_str())], PROCESS_TIMEOUT).await;
+    let run = Launch::api().arg("webhooks").args(&arguments).env("DATABASE_URL", &url).run(PROCESS_TIMEOUT).await;
     run.assert_success();
     let secret: Value = serde_json::from_str(run.stdout.trim()).expect("create prints JSON");
 

@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_nats::jetstream;
 use lectern_fixtures::demo::{demo_events, DemoEvent, DEMO_WORKSPACE};
 use lectern_schema::events::{ChangeKind, EntityKind};
-use lectern_tests::binaries::lectern_dev;
+use lectern_tests::binaries::Run;
 use lectern_tests::database::admin_url;
-use lectern_tests::process::{Ended, Service};
+use lectern_tests::process::{Launch, Service};
 use lectern_tests::TestApp;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -125,26 +125,25 @@ pub struct Dev {
     pub printed: QuickStart,
 }
 
-/// `lectern-dev` on free ports, started but not waited for.
-pub fn spawn_dev(database_url: &str, nats_url: &str) -> Service {
-    Service::spawn(
-        &lectern_dev(),
-        &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
-        &[("DATABASE_URL", database_url), ("NATS_URL", nats_url)],
-    )
+/// `lectern-dev` on free ports against `database_url` and `nats_url`.
+pub fn dev(database_url: &str, nats_url: &str) -> Launch {
+    Launch::dev()
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", database_url)
+        .env("NATS_URL", nats_url)
 }
 
 impl Dev {
     /// Starts `dev` and waits for its quick start.
     pub async fn start(database_url: &str, nats_url: &str) -> Self {
-        let mut service = spawn_dev(database_url, nats_url);
+        let mut service = dev(database_url, nats_url).json_logs().spawn();
         service.wait_for_stdout(STARTUP, "Stop with Ctrl-C.").await;
         let printed = QuickStart::parse(&service.stdout());
         Self { service, printed }
     }
 
     /// SIGTERM; the run must end with exit 0.
-    pub async fn stop(self) -> Ended {
+    pub async fn stop(self) -> Run {
         let ended = self.service.terminate(PROCESS_TIMEOUT).await;
         assert_eq!(ended.code, Some(0), "SIGTERM did not end dev with exit 0:\nstderr:\n{}", ended.stderr);
         ended

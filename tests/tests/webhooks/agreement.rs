@@ -14,8 +14,11 @@ use lectern_tests::webhooks::{verify_with_standardwebhooks, Answer, Receiver};
 use lectern_tests::{database::TestDatabase, TestApp};
 use uuid::Uuid;
 
-use crate::support::register;
-use crate::support_b::{quantile_ms, wait_until_announced, write_contact, FeedCopy};
+use crate::announced::wait_until_announced;
+use crate::clock::quantile_ms;
+use crate::endpoints::register;
+use crate::feed_copy::FeedCopy;
+use crate::writes::write_contact;
 
 const WITHIN: Duration = Duration::from_secs(20);
 

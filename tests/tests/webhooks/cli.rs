@@ -9,8 +9,8 @@ use lectern_tests::webhooks::{verified_by_standardwebhooks, verify_with_standard
 use lectern_tests::TestDatabase;
 use uuid::Uuid;
 
-use crate::support::{register, webhooks};
-use crate::support_a::{app, entry, listed, settings, wait_for_log, Serve};
+use crate::endpoints::{deliveries, entry, list, listed, register, wait_for_log, webhooks};
+use crate::senders::{app, serve, settings};
 
 const WITHIN: Duration = Duration::from_secs(15);
 /// Far longer than a delivery takes to follow a change (tens of milliseconds), for
@@ -147,8 +147,8 @@ async fn delete_removes_the_endpoint_and_its_delivery_log_and_deliveries_stop() 
     let deleted = webhooks(&db.url, &["delete", &id], &[]).await;
     deleted.assert_success();
     assert!(deleted.stdout.contains("deleted"), "{}", deleted.stdout);
-    assert!(crate::support::list(&db.url).await.is_empty(), "the endpoint is still listed");
-    assert!(crate::support::deliveries(&db.url, endpoint.id).await.is_empty(), "its log is still shown");
+    assert!(list(&db.url).await.is_empty(), "the endpoint is still listed");
+    assert!(deliveries(&db.url, endpoint.id).await.is_empty(), "its log is still shown");
     let left: i64 = sqlx::query_scalar(
         "select (select count(*) from webhook_deliveries where endpoint_id = $1) \
               + (select count(*) from webhook_announced where endpoint_id = $1)",
@@ -253,15 +253,11 @@ async fn secrets_are_printed_only_by_create_and_rotate_secret_never_by_other_com
     let receiver = Receiver::start().await;
     // One failure, so that the failure's log lines are written too.
     receiver.then([Answer::Status(500)]);
-    let serve = Serve::start(
-        &db.url,
-        &[
-            ("LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "1"),
-            ("LECTERN_WEBHOOK_FIRST_RETRY_MS", "100"),
-            ("RUST_LOG", "debug"),
-        ],
-    )
-    .await;
+    let serve = serve(&db.url)
+        .private_webhook_targets()
+        .envs(&[("LECTERN_WEBHOOK_FIRST_RETRY_MS", "100"), ("RUST_LOG", "debug")])
+        .start()
+        .await;
     let workspace_text = workspace.to_string();
     let created = webhooks(
         &db.url,

@@ -13,8 +13,10 @@ use lectern_tests::webhooks::{verify_with_standardwebhooks, Answer, Receiver};
 use lectern_tests::{database::TestDatabase, TestApp};
 use uuid::Uuid;
 
-use crate::support::register;
-use crate::support_b::{of, wait_until_announced, write_contact, write_contacts, write_item, FeedCopy};
+use crate::announced::{of, wait_until_announced};
+use crate::endpoints::register;
+use crate::feed_copy::FeedCopy;
+use crate::writes::{write_contact, write_contacts, write_item};
 
 const ANNOUNCED_WITHIN: Duration = Duration::from_secs(15);
 /// How long the receiver holds the first delivery.

@@ -9,7 +9,8 @@ use lectern_tests::webhooks::{verify_with_standardwebhooks, Receiver};
 use lectern_tests::{database::TestDatabase, TestApp};
 use uuid::Uuid;
 
-use crate::support::{register, Follower};
+use crate::endpoints::{self, list, register, webhooks};
+use crate::feed_copy::FeedCopy;
 
 const DELIVERED_WITHIN: Duration = Duration::from_secs(10);
 
@@ -21,8 +22,8 @@ async fn a_commit_is_announced_by_a_signed_thin_delivery_and_the_feed_from_the_r
     let key = app.key(workspace, &[Scope::ContactsRead]).await;
     let receiver = Receiver::start().await;
     let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
-    let mut follower = Follower::contacts();
-    follower.pull(&app, &key).await;
+    let mut follower = FeedCopy::new("contacts", &key);
+    follower.pull(&app.url("")).await;
     assert!(follower.held.is_empty());
 
     let id = ContactSeed::named("Announced Ltd").insert(&db.pool, workspace).await;
@@ -36,7 +37,7 @@ async fn a_commit_is_announced_by_a_signed_thin_delivery_and_the_feed_from_the_r
     assert!(!deliveries[0].body.contains("Announced"), "a delivery carries no record: {}", deliveries[0].body);
     assert!(deliveries[0].id().starts_with("msg_"), "{:?}", deliveries[0].headers);
     assert_eq!(deliveries[0].headers.get("content-type").map(String::as_str), Some("application/json"));
-    follower.pull(&app, &key).await;
+    follower.pull(&app.url("")).await;
     assert!(follower.held.contains_key(&id.to_string()), "the announced change is in the feed: {:?}", follower.held);
     verify_with_standardwebhooks(&deliveries, &[&endpoint.secret]).await;
 }
@@ -52,20 +53,20 @@ async fn the_delivery_log_records_each_attempt_and_no_listing_ever_shows_the_sec
     ContactSeed::named("Logged Ltd").insert(&db.pool, workspace).await;
     let deliveries = receiver.wait_for(DELIVERED_WITHIN, "a delivery", |deliveries| !deliveries.is_empty()).await;
 
-    let logged = crate::support::deliveries(&db.url, endpoint.id).await;
+    let logged = endpoints::deliveries(&db.url, endpoint.id).await;
     let entry = logged.iter().find(|entry| entry["id"] == deliveries[0].id()).expect("the delivery is in the log");
     assert_eq!(entry["state"], "delivered", "{entry}");
     assert_eq!(entry["attempts"], 1, "{entry}");
     assert_eq!(entry["lastStatus"], 204, "{entry}");
     assert_eq!(entry["resource"], "contacts", "{entry}");
-    let listed = crate::support::list(&db.url).await;
+    let listed = list(&db.url).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["id"], endpoint.id.to_string());
     assert_eq!(listed[0]["enabled"], true);
     assert_eq!(listed[0]["resources"], serde_json::json!(["contacts", "items"]));
     let secret_body = endpoint.secret.trim_start_matches("whsec_");
     for args in [vec!["list"], vec!["list", "--output", "json"], vec!["deliveries", &endpoint.id.to_string()]] {
-        let run = crate::support::webhooks(&db.url, &args, &[]).await;
+        let run = webhooks(&db.url, &args, &[]).await;
         run.assert_success();
         assert!(!run.stdout.contains(secret_body) && !run.stderr.contains(secret_body), "{args:?} shows the secret");
     }

@@ -5,12 +5,15 @@
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
 mod agreement;
+mod announced;
 mod cli;
+mod clock;
 mod coalescing;
 mod delivery;
+mod endpoints;
+mod feed_copy;
 mod processes;
 mod retries;
-mod support;
-mod support_a;
-mod support_b;
+mod senders;
 mod targets;
+mod writes;

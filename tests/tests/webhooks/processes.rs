@@ -9,12 +9,20 @@ use std::time::{Duration, Instant};
 
 use lectern_api::keys::Scope;
 use lectern_tests::seed::create_key;
+use lectern_tests::serve::{Serve, ServeOptions};
 use lectern_tests::webhooks::{verify_with_standardwebhooks, Answer, Receiver};
 use lectern_tests::TestDatabase;
 use uuid::Uuid;
 
-use crate::support::register;
-use crate::support_b::{wait_until_announced, write_contact, FeedCopy, Serve, PROCESS_TIMEOUT};
+use crate::announced::wait_until_announced;
+use crate::endpoints::register;
+use crate::feed_copy::FeedCopy;
+use crate::writes::write_contact;
+
+/// `serve` delivering to the loopback receivers, with leases of `lease_ms`.
+fn serve(database_url: &str, lease_ms: u64) -> ServeOptions {
+    Serve::on(database_url).private_webhook_targets().webhook_lease_ms(lease_ms)
+}
 
 const ANNOUNCED_WITHIN: Duration = Duration::from_secs(20);
 
@@ -29,14 +37,14 @@ async fn a_delivery_in_flight_when_its_process_is_killed_is_sent_again_with_its_
     receiver.then([Answer::Hang(Duration::from_secs(60))]);
     let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
     let timeout = [("LECTERN_WEBHOOK_TIMEOUT_MS", "30000")];
-    let first = Serve::start(&db.url, LEASE_MS, &timeout).await;
+    let first = serve(&db.url, LEASE_MS).envs(&timeout).start().await;
 
     let acknowledged = Uuid::new_v4();
     write_contact(&db.pool, workspace, acknowledged, "Before The Kill Ltd").await;
     let in_flight = receiver.wait_for(ANNOUNCED_WITHIN, "the first attempt", |deliveries| !deliveries.is_empty()).await;
     let id = in_flight[0].id().to_owned();
     // Already running, but the first holds the lease.
-    let second = Serve::start(&db.url, LEASE_MS, &timeout).await;
+    let second = serve(&db.url, LEASE_MS).envs(&timeout).start().await;
 
     first.kill().await;
     let killed = Instant::now();
@@ -54,7 +62,7 @@ async fn a_delivery_in_flight_when_its_process_is_killed_is_sent_again_with_its_
     let deliveries = wait_until_announced(&receiver, &db.pool, "contacts", workspace, ANNOUNCED_WITHIN).await;
 
     let mut copy = FeedCopy::new("contacts", &key);
-    copy.pull(&second.base).await;
+    copy.pull(&second.api_url("")).await;
     for written in [acknowledged, meanwhile] {
         assert!(copy.held.contains_key(&written.to_string()), "the feed lacks {written}: {:?}", copy.held.keys());
     }
@@ -88,7 +96,7 @@ async fn two_processes_never_deliver_to_one_endpoint_at_once_and_a_stopped_holde
         let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
         watched.push(Watched { workspace, key, receiver, secret: endpoint.secret });
     }
-    let holder = Serve::start(&db.url, LEASE_MS, &[]).await;
+    let holder = serve(&db.url, LEASE_MS).start().await;
     let claimed = lectern_tests::projector::eventually(Duration::from_secs(10), || async {
         let leased: i64 = sqlx::query_scalar("select count(*) from webhook_endpoints where lease_until > now()")
             .fetch_one(&db.pool)
@@ -103,7 +111,7 @@ async fn two_processes_never_deliver_to_one_endpoint_at_once_and_a_stopped_holde
         .await
         .expect("read the leases");
     let [Some(holder_owner)] = owners[..] else { panic!("the first process did not claim every endpoint: {owners:?}") };
-    let other = Serve::start(&db.url, LEASE_MS, &[]).await;
+    let other = serve(&db.url, LEASE_MS).start().await;
 
     // A steady stream of single-row writes, round the workspaces, until told to stop.
     let stop = tokio_util::sync::CancellationToken::new();
@@ -130,8 +138,7 @@ async fn two_processes_never_deliver_to_one_endpoint_at_once_and_a_stopped_holde
         watched.receiver.otherwise(None);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let ended = holder.service.terminate(PROCESS_TIMEOUT).await;
-    assert_eq!(ended.code, Some(0), "serve did not exit with 0 after SIGTERM:\n{}", ended.stderr);
+    holder.stop().await;
     let stopped = Instant::now();
     let kept: i64 =
         sqlx::query_scalar("select count(*) from webhook_endpoints where lease_owner = $1 and lease_until > now()")
@@ -159,7 +166,7 @@ async fn two_processes_never_deliver_to_one_endpoint_at_once_and_a_stopped_holde
         let most = deliveries.iter().map(|delivery| delivery.concurrent).max().unwrap_or(0);
         assert_eq!(most, 1, "one endpoint received {most} deliveries at once: {deliveries:#?}");
         let mut copy = FeedCopy::new("contacts", &watched.key);
-        copy.pull(&other.base).await;
+        copy.pull(&other.api_url("")).await;
         assert_eq!(copy.held.len(), commits[&watched.workspace], "the feed lacks some of the workspace's writes");
         verify_with_standardwebhooks(&deliveries, &[&watched.secret]).await;
     }

@@ -6,12 +6,14 @@
 use std::time::Duration;
 
 use lectern_tests::seed::ContactSeed;
+use lectern_tests::serve::Serve;
 use lectern_tests::webhooks::{verify_with_standardwebhooks, Answer, Receiver};
 use lectern_tests::TestDatabase;
 use uuid::Uuid;
 
-use crate::support::{register, webhooks};
-use crate::support_a::{app, entry, gaps, listed, settings, timestamp, wait_for_log, wall_clock, Serve};
+use crate::clock::{gaps, timestamp, wall_clock};
+use crate::endpoints::{entry, listed, register, wait_for_log, webhooks};
+use crate::senders::{app, serve, settings};
 
 /// What scheduling, the database and a loaded CI machine may add to a wait.
 const SLACK: Duration = Duration::from_millis(400);
@@ -178,16 +180,15 @@ async fn deliveries_failing_for_retry_for_disable_the_endpoint_visibly_until_ena
     let receiver = Receiver::start().await;
     receiver.otherwise(Some(Answer::Status(503)));
     let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
-    let serve = Serve::start(
-        &db.url,
-        &[
-            ("LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "1"),
+    let serve = serve(&db.url)
+        .private_webhook_targets()
+        .envs(&[
             ("LECTERN_WEBHOOK_FIRST_RETRY_MS", "100"),
             ("LECTERN_WEBHOOK_RETRY_FOR_SECS", "1"),
             ("LECTERN_WEBHOOK_TIMEOUT_MS", "1000"),
-        ],
-    )
-    .await;
+        ])
+        .start()
+        .await;
     let gauge = "lectern_api_webhook_endpoints_disabled_by_failures";
 
     ContactSeed::named("Failing Ltd").insert(&db.pool, workspace).await;
@@ -214,7 +215,7 @@ async fn deliveries_failing_for_retry_for_disable_the_endpoint_visibly_until_ena
     // Readiness and the metric follow within a few claim rounds (every 200 ms here).
     let deadline = std::time::Instant::now() + WITHIN;
     let ready = loop {
-        let ready = serve.operations("/readyz").await;
+        let ready = serve.get_operations("/readyz").await;
         if ready.text.contains(&endpoint.id.to_string()) {
             break ready;
         }
@@ -266,7 +267,7 @@ async fn deliveries_failing_for_retry_for_disable_the_endpoint_visibly_until_ena
     assert!(through >= head, "the change made while disabled was not announced: through {through} < {head}");
     assert_eq!(listed(&db.url, endpoint.id).await["enabled"], true);
     assert_eq!(poll_metric(&serve, gauge, 0.0).await, 0.0, "enabled again, the endpoint is no longer counted");
-    let ready = serve.operations("/readyz").await;
+    let ready = serve.get_operations("/readyz").await;
     assert!(!ready.text.contains(&endpoint.id.to_string()), "{}", ready.text);
     verify_with_standardwebhooks(&receiver.deliveries(), &[&endpoint.secret]).await;
     serve.stop().await;

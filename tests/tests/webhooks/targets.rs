@@ -2,15 +2,19 @@
 //! URLs without credentials reaching public addresses, checked when an endpoint is
 //! registered and again when a delivery connects.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lectern_tests::seed::ContactSeed;
 use lectern_tests::webhooks::{verify_with_standardwebhooks, Receiver};
 use lectern_tests::TestDatabase;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::support::{register, webhooks};
-use crate::support_a::{wait_for_log, webhooks_strict, ConnectionCounter, Serve};
+use crate::endpoints::{list, register, wait_for_log, webhooks, webhooks_strict};
+use crate::senders::serve;
 
 const WITHIN: Duration = Duration::from_secs(15);
 
@@ -59,7 +63,7 @@ async fn webhooks_create_without_the_allow_flag_refuses_unsafe_urls_saying_why_a
     .await;
     accepted.assert_success();
     assert!(accepted.stdout.contains("whsec_"), "{}", accepted.stdout);
-    assert_eq!(crate::support::list(&db.url).await.len(), 1);
+    assert_eq!(list(&db.url).await.len(), 1);
 }
 
 /// Rule: the addresses are checked again when a delivery connects: a `serve` process
@@ -81,7 +85,7 @@ async fn serve_without_the_allow_flag_never_connects_to_private_targets_and_serv
     let tls_literal =
         register(&db.url, workspace, &format!("https://127.0.0.1:{}/hook", counter.port), &["contacts"]).await;
     let quick = [("LECTERN_WEBHOOK_FIRST_RETRY_MS", "100"), ("LECTERN_WEBHOOK_TIMEOUT_MS", "2000")];
-    let strict = Serve::start(&db.url, &quick).await;
+    let strict = serve(&db.url).envs(&quick).start().await;
 
     ContactSeed::named("Refused Ltd").insert(&db.pool, workspace).await;
 
@@ -107,7 +111,7 @@ async fn serve_without_the_allow_flag_never_connects_to_private_targets_and_serv
     assert_eq!(counter.accepted(), 0, "serve connected to loopback without the flag");
     strict.stop().await;
 
-    let allowing = Serve::start(&db.url, &[quick[0], quick[1], ("LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "1")]).await;
+    let allowing = serve(&db.url).envs(&quick).private_webhook_targets().start().await;
     let deliveries = receiver.wait_for(WITHIN, "the delivery, now allowed", |d| !d.is_empty()).await;
     assert_eq!(Some(deliveries[0].id()), pending.as_deref(), "the pending delivery is the one sent");
     // The counter does see a process that may connect: its zero above meant something.
@@ -118,4 +122,39 @@ async fn serve_without_the_allow_flag_never_connects_to_private_targets_and_serv
     }
     allowing.stop().await;
     verify_with_standardwebhooks(&deliveries, &[&by_name.secret]).await;
+}
+
+/// A TCP listener on 127.0.0.1 that accepts connections, counts them and says nothing:
+/// whether a sender connected at all (a TLS handshake never becomes a request a
+/// [`Receiver`] would record).
+struct ConnectionCounter {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl ConnectionCounter {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the counter");
+        let port = listener.local_addr().expect("counter address").port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counting = accepted.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counting.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Self { port, accepted, task }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ConnectionCounter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

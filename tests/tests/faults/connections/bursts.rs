@@ -19,11 +19,6 @@ const BURST: usize = 600;
 /// full queue is sent again only after a second, then three.
 const CONNECT_WITHIN: Duration = Duration::from_millis(2_500);
 
-fn signal(signal: &str, pid: u32) {
-    let status = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().expect("run kill");
-    assert!(status.success(), "kill {signal} {pid} failed");
-}
-
 /// The rule: while the API is not accepting, the kernel holds a burst of 600 connects
 /// for it (none waits for a SYN to be sent again), and every one is served afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,13 +29,13 @@ async fn a_burst_of_connects_while_the_api_is_not_accepting_is_held_for_it_and_s
         .expect("read net.core.somaxconn");
     assert!(somaxconn >= BURST, "net.core.somaxconn is {somaxconn}: this host cannot hold a burst of {BURST}");
     let served = Served::start_with(60_000, &[("LECTERN_MAX_CONNECTIONS", "2000")]).await;
-    let pid = served.service.pid();
+    let service = &served.serve.service;
 
-    signal("-STOP", pid);
+    service.signal("STOP");
     let connects =
         (0..BURST).map(|_| async { tokio::time::timeout(CONNECT_WITHIN, TcpStream::connect(served.address)).await });
     let outcomes = join_all(connects).await;
-    signal("-CONT", pid);
+    service.signal("CONT");
 
     let connected: Vec<TcpStream> = outcomes.into_iter().filter_map(|outcome| outcome.ok()?.ok()).collect();
     assert_eq!(connected.len(), BURST, "connects completed while the API was not accepting");

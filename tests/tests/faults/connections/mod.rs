@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lectern_api::keys::Scope;
-use lectern_tests::binaries::lectern_api;
-use lectern_tests::process::{Metrics, Service};
-use lectern_tests::seed::{create_key, TEST_PEPPER};
+use lectern_tests::process::Metrics;
+use lectern_tests::seed::create_key;
+use lectern_tests::serve::Serve;
 use lectern_tests::{ContactSeed, Reply, TestDatabase};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,9 +30,8 @@ const MAX_CONNECTIONS: usize = 8;
 
 /// `lectern-api serve` on free ports against a database of its own with one contact.
 struct Served {
-    service: Service,
+    serve: Serve,
     address: SocketAddr,
-    metrics: SocketAddr,
     key: String,
     database: TestDatabase,
 }
@@ -48,28 +47,14 @@ impl Served {
         let workspace = Uuid::new_v4();
         let (_, key) = create_key(&database.pool, workspace, &[Scope::ContactsRead]).await;
         ContactSeed::named("Acme").insert(&database.pool, workspace).await;
-        let header_timeout = header_timeout_ms.to_string();
-        let max_connections = MAX_CONNECTIONS.to_string();
-        let mut environment = vec![
-            ("DATABASE_URL", database.url.as_str()),
-            ("LECTERN_LISTEN", "127.0.0.1:0"),
-            ("LECTERN_METRICS_LISTEN", "127.0.0.1:0"),
-            ("LECTERN_KEY_PEPPER", TEST_PEPPER),
-            ("LECTERN_HEADER_READ_TIMEOUT_MS", &header_timeout),
-            ("LECTERN_MAX_CONNECTIONS", &max_connections),
-        ];
-        environment.extend_from_slice(settings);
-        let mut service = Service::spawn(&lectern_api(), &["serve"], &environment);
-        let listening = service
-            .wait_for_log(Duration::from_secs(60), |record| record["fields"]["message"] == "lectern-api listening")
+        let serve = Serve::on(&database.url)
+            .env("LECTERN_HEADER_READ_TIMEOUT_MS", &header_timeout_ms.to_string())
+            .env("LECTERN_MAX_CONNECTIONS", &MAX_CONNECTIONS.to_string())
+            .envs(settings)
+            .start()
             .await;
-        let field = |name: &str| -> SocketAddr {
-            listening["fields"][name]
-                .as_str()
-                .and_then(|text| text.parse().ok())
-                .unwrap_or_else(|| panic!("no {name} address in {listening}"))
-        };
-        Self { address: field("address"), metrics: field("metrics"), service, key, database }
+        let address = serve.api.parse().unwrap_or_else(|error| panic!("serve's address {}: {error}", serve.api));
+        Self { serve, address, key, database }
     }
 
     /// A normal client on a connection of its own (none kept alive) gets a 200.
@@ -100,14 +85,11 @@ impl Served {
 
     /// The server's log shows no panic.
     fn assert_no_panic(&self) {
-        let log = self.service.stderr();
-        assert!(!log.contains("panicked"), "the server panicked:\n{log}");
+        self.serve.service.assert_no_panic();
     }
 
     async fn metrics(&self) -> Metrics {
-        let response =
-            reqwest::get(format!("http://{}/metrics", self.metrics)).await.expect("scrape the operations listener");
-        Metrics::parse(&response.text().await.expect("metrics text"))
+        self.serve.metrics().await
     }
 }
 

@@ -5,13 +5,11 @@
 //! NATS, and `0.0.0.0:port` listeners become free loopback ports.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lectern_tests::nats::{free_port, TestNats};
+use lectern_tests::process::{self, Launch};
 use lectern_tests::{TestApp, TestDatabase};
-use tokio::process::{Child, Command};
 
 use crate::cli;
 use crate::stack::{self, compose, env_example, interpolate, is_secret_name, port_of, Service};
@@ -72,54 +70,29 @@ impl LocalEnvironment {
     }
 }
 
-/// `argv` (a Lectern binary and its arguments) with exactly `env`; stderr to a file.
-fn spawn(argv: &[String], env: &BTreeMap<String, String>) -> (Child, PathBuf) {
-    let log = std::env::temp_dir().join(format!("lectern-ops-{}.log", uuid::Uuid::new_v4().simple()));
-    let stderr = std::fs::File::create(&log).expect("create a log file");
-    let child = Command::new(cli::binary(&argv[0]))
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|error| panic!("start {argv:?}: {error}"));
-    (child, log)
+/// `argv` (a Lectern binary and its arguments) with exactly `env`, as compose starts it.
+fn spawn(argv: &[String], env: &BTreeMap<String, String>) -> process::Service {
+    Launch::named(&argv[0]).args(&argv[1..]).exact_environment(env).spawn()
 }
 
-/// Runs a health check command once; true on exit 0.
+/// Runs a health check command once, with an empty environment; true on exit 0.
 async fn healthy(check: &[String]) -> bool {
-    let status = Command::new(cli::binary(&check[0]))
-        .args(&check[1..])
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .status();
-    matches!(tokio::time::timeout(Duration::from_secs(10), status).await, Ok(Ok(status)) if status.success())
+    let run = Launch::named(&check[0]).args(&check[1..]).exact_environment(BTreeMap::<String, String>::new());
+    run.try_run(Duration::from_secs(10)).await.is_some_and(|run| run.code == Some(0))
 }
 
 /// Runs `check` until it passes (true) or [`WITHIN`] is over (false); fails early if
 /// the service exits.
-async fn becomes_healthy(child: &mut Child, check: &[String], log: &PathBuf) -> bool {
+async fn becomes_healthy(service: &mut process::Service, check: &[String]) -> bool {
     let deadline = Instant::now() + WITHIN;
     while Instant::now() < deadline {
         if healthy(check).await {
             return true;
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the service exited ({status}) instead of becoming healthy:\n{}", read_log(log));
-        }
+        service.assert_running("instead of becoming healthy");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     false
-}
-
-fn read_log(log: &PathBuf) -> String {
-    std::fs::read_to_string(log).unwrap_or_default()
 }
 
 /// .env.example with every secret replaced by a real one, as an operator fills it in.
@@ -160,11 +133,10 @@ async fn the_api_started_as_compose_starts_it_with_real_secrets_passes_its_healt
     let local = LocalEnvironment::of(&api, &filled_dotenv(), &[("DATABASE_URL", &db.url)]);
     let check = local.healthcheck(&api);
 
-    let (mut child, log) = spawn(&api.argv(), &local.variables);
-    let healthy = becomes_healthy(&mut child, &check, &log).await;
+    let mut service = spawn(&api.argv(), &local.variables);
+    let healthy = becomes_healthy(&mut service, &check).await;
 
-    assert!(healthy, "{check:?} never passed within {WITHIN:?}; the api's log:\n{}", read_log(&log));
-    let _ = std::fs::remove_file(log);
+    assert!(healthy, "{check:?} never passed within {WITHIN:?}; the api's log:\n{}", service.stderr());
 }
 
 #[tokio::test]
@@ -174,17 +146,15 @@ async fn an_unedited_env_example_keeps_the_api_from_starting_in_production() {
     let db = TestDatabase::create().await;
     let local = LocalEnvironment::of(&api, &env_example(), &[("DATABASE_URL", &db.url)]);
 
-    let (child, log) = spawn(&api.argv(), &local.variables);
-    let status = tokio::time::timeout(WITHIN, child.wait_with_output()).await;
+    let ended = spawn(&api.argv(), &local.variables).ended_within(WITHIN).await;
 
-    let log_text = read_log(&log);
-    let status = status.unwrap_or_else(|_| panic!("the api served with the placeholder secrets:\n{log_text}"));
-    assert!(!status.expect("wait for the api").status.success(), "{log_text}");
+    let ended = ended.unwrap_or_else(|api| panic!("the api served with the placeholder secrets:\n{}", api.stderr()));
+    assert_ne!(ended.code, Some(0), "{}", ended.stderr);
     assert!(
-        ["LECTERN_KEY_PEPPER", "LECTERN_CURSOR_SECRET"].iter().any(|name| log_text.contains(name)),
-        "the refusal names neither secret:\n{log_text}"
+        ["LECTERN_KEY_PEPPER", "LECTERN_CURSOR_SECRET"].iter().any(|name| ended.stderr.contains(name)),
+        "the refusal names neither secret:\n{}",
+        ended.stderr
     );
-    let _ = std::fs::remove_file(log);
 }
 
 #[tokio::test]
@@ -208,9 +178,8 @@ async fn the_projector_started_as_compose_starts_it_passes_its_healthcheck_on_th
         LocalEnvironment::of(&projector, &filled_dotenv(), &[("DATABASE_URL", &db.url), ("NATS_URL", &nats.url)]);
     let check = local.healthcheck(&projector);
 
-    let (mut child, log) = spawn(&projector.argv(), &local.variables);
-    let healthy = becomes_healthy(&mut child, &check, &log).await;
+    let mut service = spawn(&projector.argv(), &local.variables);
+    let healthy = becomes_healthy(&mut service, &check).await;
 
-    assert!(healthy, "{check:?} never passed within {WITHIN:?}; the projector's log:\n{}", read_log(&log));
-    let _ = std::fs::remove_file(log);
+    assert!(healthy, "{check:?} never passed within {WITHIN:?}; the projector's log:\n{}", service.stderr());
 }
