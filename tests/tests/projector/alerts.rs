@@ -101,7 +101,12 @@ async fn while_nats_is_down_the_connection_gauge_is_0_and_staleness_keeps_rising
     assert!(recovered, "never connected and level again:\n{}", projector.metrics().await.text);
     let lost = "lost the connection to NATS; reconnecting (nothing is applied meanwhile)";
     assert_eq!(projector.service.logged(lost), 1, "one warning for the loss:\n{}", projector.service.stderr());
-    assert_eq!(projector.service.logged("connected to NATS again"), 1, "one line when back:\n{}", projector.service.stderr());
+    assert_eq!(
+        projector.service.logged("connected to NATS again"),
+        1,
+        "one line when back:\n{}",
+        projector.service.stderr()
+    );
     projector.stop().await;
 }
 
