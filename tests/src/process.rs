@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -188,6 +189,31 @@ impl fmt::Display for Launch {
     }
 }
 
+/// A long-running process of kind `P` ([`crate::serve::Serve`],
+/// [`crate::projector::ProjectorProcess`]) about to be started: its settings, then the
+/// start `P` defines, which knows when the process is ready and where it listens.
+#[derive(Clone, Debug)]
+pub struct Starting<P> {
+    pub(crate) launch: Launch,
+    process: PhantomData<fn() -> P>,
+}
+
+impl<P> Starting<P> {
+    pub(crate) fn new(launch: Launch) -> Self {
+        Self { launch, process: PhantomData }
+    }
+
+    /// The environment variable `name` set to `value` (over what is set already).
+    pub fn env(self, name: &str, value: &str) -> Self {
+        Self::new(self.launch.env(name, value))
+    }
+
+    /// Each of `env`, as [`Starting::env`].
+    pub fn envs(self, env: &[(&str, &str)]) -> Self {
+        Self::new(self.launch.envs(env))
+    }
+}
+
 /// Sends signal `name` (`TERM`, `KILL`, `STOP`, `CONT`, …) to process `pid` with kill(1),
 /// as an operator or a supervisor would; fails the test if it cannot be sent (a
 /// PostgreSQL backend is signalled only by root or the postgres user).
@@ -328,6 +354,14 @@ impl Service {
         self.ended_within(within).await.unwrap_or_else(|service| {
             panic!("{} did not exit within {within:?} of SIGTERM\n{}", service.described, service.output())
         })
+    }
+
+    /// SIGTERM, as an operator or a supervisor stops a service, and exit 0 within `within`.
+    pub async fn stop(self, within: Duration) -> Run {
+        let described = self.described.clone();
+        let ended = self.terminate(within).await;
+        assert_eq!(ended.code, Some(0), "SIGTERM did not end {described} with exit 0:\n{}", ended.stderr);
+        ended
     }
 
     /// SIGKILL: no chance to finish, commit, acknowledge or give anything back; waits (at

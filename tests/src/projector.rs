@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::binaries::Run;
-use crate::process::{Launch, Metrics, Service};
+use crate::process::{Launch, Metrics, Service, Starting};
 use crate::Reply;
 
 const CONSUMER_CREATED_WITHIN: Duration = Duration::from_secs(30);
@@ -82,22 +82,9 @@ pub const PROJECTOR_WITHIN: Duration = Duration::from_secs(90);
 
 /// How a [`ProjectorProcess`] is started: [`ProjectorProcess::on`], then settings, then
 /// [`ProjectorOptions::spawn`] or [`ProjectorOptions::start`].
-#[derive(Clone, Debug)]
-pub struct ProjectorOptions {
-    launch: Launch,
-}
+pub type ProjectorOptions = Starting<ProjectorProcess>;
 
 impl ProjectorOptions {
-    /// The environment variable `name` set to `value` (over what is set already).
-    pub fn env(self, name: &str, value: &str) -> Self {
-        Self { launch: self.launch.env(name, value) }
-    }
-
-    /// Each of `env`, as [`ProjectorOptions::env`].
-    pub fn envs(self, env: &[(&str, &str)]) -> Self {
-        Self { launch: self.launch.envs(env) }
-    }
-
     /// Starts the process and returns at once; it logs plain text.
     pub fn spawn(self) -> ProjectorProcess {
         ProjectorProcess { service: self.launch.spawn(), operations: None, http: operations_client() }
@@ -138,7 +125,7 @@ pub fn projector_command(nats_url: &str, database_url: &str) -> Launch {
 impl ProjectorProcess {
     /// `run` as [`projector_command`] has it.
     pub fn on(nats_url: &str, database_url: &str) -> ProjectorOptions {
-        ProjectorOptions { launch: projector_command(nats_url, database_url).arg("run") }
+        ProjectorOptions::new(projector_command(nats_url, database_url).arg("run"))
     }
 
     /// What the process has logged so far.
@@ -191,9 +178,7 @@ impl ProjectorProcess {
 
     /// SIGTERM, and exit 0: the batches in hand finished, committed and acknowledged.
     pub async fn stop(self) -> Run {
-        let ended = self.service.terminate(PROJECTOR_WITHIN).await;
-        assert_eq!(ended.code, Some(0), "SIGTERM did not end the projector with exit 0:\n{}", ended.stderr);
-        ended
+        self.service.stop(PROJECTOR_WITHIN).await
     }
 
     /// SIGKILL: no chance to finish, commit or acknowledge anything.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::binaries::Run;
-use crate::process::{Launch, Metrics, Service};
+use crate::process::{Launch, Metrics, Service, Starting};
 use crate::seed::TEST_PEPPER;
 use crate::Reply;
 
@@ -13,22 +13,9 @@ use crate::Reply;
 pub const SERVE_WITHIN: Duration = Duration::from_secs(60);
 
 /// How a [`Serve`] is started: [`Serve::on`], then settings, then [`ServeOptions::start`].
-#[derive(Clone, Debug)]
-pub struct ServeOptions {
-    launch: Launch,
-}
+pub type ServeOptions = Starting<Serve>;
 
 impl ServeOptions {
-    /// The environment variable `name` set to `value` (over what is set already).
-    pub fn env(self, name: &str, value: &str) -> Self {
-        Self { launch: self.launch.env(name, value) }
-    }
-
-    /// Each of `env`, as [`ServeOptions::env`].
-    pub fn envs(self, env: &[(&str, &str)]) -> Self {
-        Self { launch: self.launch.envs(env) }
-    }
-
     /// Webhook leases of `ms` milliseconds: short, so that a process claims endpoints (and
     /// takes over those of one killed) within a test's patience.
     pub fn webhook_lease_ms(self, ms: u64) -> Self {
@@ -73,7 +60,7 @@ impl Serve {
             ("LECTERN_METRICS_LISTEN", "127.0.0.1:0"),
             ("LECTERN_KEY_PEPPER", TEST_PEPPER),
         ]);
-        ServeOptions { launch }
+        ServeOptions::new(launch)
     }
 
     pub fn api_url(&self, path: &str) -> String {
@@ -119,9 +106,7 @@ impl Serve {
 
     /// SIGTERM, and exit 0.
     pub async fn stop(self) -> Run {
-        let ended = self.service.terminate(SERVE_WITHIN).await;
-        assert_eq!(ended.code, Some(0), "SIGTERM did not end serve with exit 0:\n{}", ended.stderr);
-        ended
+        self.service.stop(SERVE_WITHIN).await
     }
 
     /// SIGKILL: no shutdown, nothing given back (webhook leases run out instead).
