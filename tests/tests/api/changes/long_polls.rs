@@ -257,6 +257,40 @@ async fn requests_woken_by_one_change_read_their_page_together() {
 /// waited, its connection let go of the HTTP state it would be kept alive with.
 #[tokio::test]
 async fn a_long_poll_that_waited_is_answered_whole_and_its_connection_closed() {
+    let (head, body, change) = waited_over_http1("wait=10", "").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert!(head.contains("\r\nx-request-id: waited-once"), "{head}");
+    assert!(head.contains("\r\nratelimit: "), "{head}");
+    assert!(head.contains(&format!("\r\ncontent-length: {}", body.len())), "{head}");
+    assert!(String::from_utf8_lossy(&body).contains(&change.to_string()), "{head}");
+    assert!(String::from_utf8_lossy(&body).contains("\"requestId\":\"waited-once\""), "{head}");
+}
+
+/// The rule: whether a request waits is the parsed `wait` parameter's to say, however the
+/// query spells it: a percent-encoded name waits parked too, letting go of its connection
+/// (answered with `Connection: close`), and its answer is compressed like any other.
+#[tokio::test]
+async fn a_long_poll_parks_however_its_wait_is_spelled() {
+    for spelled in ["%77ait=10", "w%61it=10", "%77%61%69%74=10"] {
+        let (head, body, change) = waited_over_http1(spelled, "").await;
+        assert!(head.starts_with("http/1.1 200"), "{spelled}: {head}");
+        assert!(
+            head.contains("\r\nconnection: close"),
+            "{spelled} waited without letting go of its connection: {head}"
+        );
+        assert!(String::from_utf8_lossy(&body).contains(&change.to_string()), "{spelled}: {head}");
+    }
+    let (head, body, _) = waited_over_http1("%77ait=10", "Accept-Encoding: gzip\r\n").await;
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert!(head.contains("\r\ncontent-encoding: gzip"), "{head}");
+    assert_eq!(body.get(..2), Some(&[0x1f, 0x8b][..]), "a gzip member starts with its magic bytes: {body:?}");
+}
+
+/// A long poll sent over HTTP/1.1 on a connection of its own with `wait` spelled as
+/// `wait` and `headers` added, answered by a change committed while it waits: its head
+/// (lower case) and body, and the change's id.
+async fn waited_over_http1(wait: &str, headers: &str) -> (String, Vec<u8>, Uuid) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let db = TestDatabase::create().await;
@@ -265,8 +299,8 @@ async fn a_long_poll_that_waited_is_answered_whole_and_its_connection_closed() {
     let (_, since) = follow(&app, &key, CONTACTS, None, 100).await;
     let mut stream = tokio::net::TcpStream::connect(app.address).await.expect("connect");
     let request = format!(
-        "GET {CONTACTS}?since={since}&wait=10 HTTP/1.1\r\nHost: lectern\r\nX-API-Key: {key}\r\n\
-         X-Request-Id: waited-once\r\n\r\n"
+        "GET {CONTACTS}?since={since}&{wait} HTTP/1.1\r\nHost: lectern\r\nX-API-Key: {key}\r\n\
+         X-Request-Id: waited-once\r\n{headers}\r\n"
     );
     stream.write_all(request.as_bytes()).await.expect("send the long poll");
     settle().await;
@@ -277,16 +311,9 @@ async fn a_long_poll_that_waited_is_answered_whole_and_its_connection_closed() {
         .await
         .expect("the connection closes once the long poll is answered")
         .expect("read the response");
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
-    let head = head.to_ascii_lowercase();
-    assert!(head.starts_with("http/1.1 200"), "{text}");
-    assert!(head.contains("\r\nconnection: close"), "{text}");
-    assert!(head.contains("\r\nx-request-id: waited-once"), "{text}");
-    assert!(head.contains("\r\nratelimit: "), "{text}");
-    assert!(head.contains(&format!("\r\ncontent-length: {}", body.len())), "{text}");
-    assert!(body.contains(&change.to_string()), "{text}");
-    assert!(body.contains("\"requestId\":\"waited-once\""), "{text}");
+    let split = response.windows(4).position(|window| window == b"\r\n\r\n").expect("a head and a body");
+    let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+    (head, response[split + 4..].to_vec(), change)
 }
 
 /// A request waiting (`wait=30`) on the contacts feed with a fresh key, its key then
