@@ -200,21 +200,18 @@ impl Feeds {
                 self.heads.start_waiting(feed.key()).ok_or(ApiError::TooManyWaiting(heads::WAITING_PER_WORKSPACE))?
             }
         };
+        let (feeds, caller, request_id) = (self.clone(), caller.clone(), Box::<str>::from(request_id));
+        let deadline = looking.deadline;
+        let next = Looking { standing, limit: looking.limit, deadline, waiting: Some(waiting) };
         Ok(Answer::Wait(Box::new(Parked {
-            feeds: self.clone(),
-            caller: caller.clone(),
-            request_id: request_id.into(),
-            standing,
-            scope,
-            limit: looking.limit,
-            deadline: looking.deadline,
-            waiting,
+            deadline,
             head,
             bound,
             keys,
             not_yet_served,
+            shutdown: self.shutdown.clone(),
             out_of_time: false,
-            look_again: look_again::<R>,
+            look_again: Box::new(move |out_of_time| look_again::<R>(feeds, caller, request_id, next, out_of_time)),
         })))
     }
 }
@@ -228,11 +225,17 @@ struct Looking {
     waiting: Option<Waiting>,
 }
 
-/// The next answer of `parked`, a request waiting on the feed of `R`, once its key is
-/// checked again.
-fn look_again<R: Resource>(parked: Box<Parked>) -> BoxFuture<'static, Result<Answer, ApiError>> {
+/// The next answer of a request waiting on the feed of `R` at `looking`, once its key is
+/// checked again; `out_of_time`: its wait ended with nothing to serve.
+fn look_again<R: Resource>(
+    feeds: Arc<Feeds>,
+    caller: Principal,
+    request_id: Box<str>,
+    looking: Looking,
+    out_of_time: bool,
+) -> BoxFuture<'static, Result<Answer, ApiError>> {
     Box::pin(async move {
-        let Parked { feeds, caller, request_id, standing, scope, limit, deadline, waiting, out_of_time, .. } = *parked;
+        let scope = FeedScope { resource: R::NAME, workspace_id: caller.workspace_id };
         let caller = Box::pin(feeds.authenticator.still_valid(&caller)).await?;
         // The key was moved to another workspace while the request waited: where it stood
         // belongs to the other workspace's feed.
@@ -241,9 +244,8 @@ fn look_again<R: Resource>(parked: Box<Parked>) -> BoxFuture<'static, Result<Ans
         }
         if out_of_time {
             let feed = Feed::<R> { state: &feeds, scope, request_id: &request_id, resource: PhantomData };
-            return feed.body(write_data::<R>(&[])?, false, standing).map(Answer::Page);
+            return feed.body(write_data::<R>(&[])?, false, looking.standing).map(Answer::Page);
         }
-        let looking = Looking { standing, limit, deadline, waiting: Some(waiting) };
         feeds.look_or_wait::<R>(&caller, &request_id, looking).await
     })
 }

@@ -1,26 +1,23 @@
 //! A long poll's wait, owned here from the look that found nothing to the page that ends it.
 //!
 //! A feed operation answers a page or a [`Parked`] request: one that found nothing after
-//! its position and asked to `wait`. The record holds everything its next look needs (the
-//! feeds, the caller, where it stands, its deadline, its place among its workspace's waiting
-//! requests) and what wakes it (its feed's head, the bound when it holds changes back, any
-//! key's change, its deadline, the server's shutdown), and nothing of the request's stack,
+//! its position and asked to `wait`. The record holds what wakes it (its feed's head, the
+//! bound when it holds changes back, any key's change, its deadline, the server's shutdown)
+//! and its next look (which holds the caller, where it stands and its place among its
+//! workspace's waiting requests), and nothing of the request's stack,
 //! which unwinds: the HTTP shell keeps the record alone, over HTTP/1.1 in the connection's
 //! task after dropping hyper's state, and asks it for its [`Answer`] when it is worth looking
 //! again. The next look checks the key first: a key revoked, expired, stripped of the scope
 //! or moved to another workspace while the request waited is refused then.
 
-use std::sync::Arc;
-
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::bound::BoundWatch;
-use super::heads::{Waiting, Watch};
-use super::token::{FeedScope, Standing};
-use super::Feeds;
+use super::heads::Watch;
 use crate::error::ApiError;
-use crate::keys::{KeyChanges, Principal};
+use crate::keys::KeyChanges;
 
 /// What a feed operation answers.
 pub enum Answer {
@@ -32,40 +29,32 @@ pub enum Answer {
 
 /// A request that found nothing to serve and waits for its feed to move.
 pub struct Parked {
-    pub(super) feeds: Arc<Feeds>,
-    /// The key as it was authorized: checked again before each look.
-    pub(super) caller: Principal,
-    pub(super) request_id: Box<str>,
-    /// Where its feed stands: position, history, and the WAL position last read at.
-    pub(super) standing: Standing,
-    /// The feed it waits on: a key moved to another workspace meanwhile is refused, not
-    /// answered from the other workspace's feed at this one's position.
-    pub(super) scope: FeedScope,
-    pub(super) limit: usize,
     pub(super) deadline: Instant,
-    /// Keeps the request counted among its workspace's waiting ones.
-    pub(super) waiting: Waiting,
     /// Each taken before the look that found nothing, so that nothing after it is missed.
     pub(super) head: Watch,
     pub(super) bound: BoundWatch,
     pub(super) keys: KeyChanges,
     /// Changes are committed that the bound does not let through yet.
     pub(super) not_yet_served: bool,
+    pub(super) shutdown: CancellationToken,
     /// Set when the wait ended for want of time (deadline or shutdown), not because
     /// something moved: the answer is a page with no data, once the key is checked.
     pub(super) out_of_time: bool,
-    /// The next look, at the feed of the resource it reads.
-    pub(super) look_again: fn(Box<Self>) -> BoxFuture<'static, Result<Answer, ApiError>>,
+    /// The next look, told whether the wait ran out of time: it holds where the request
+    /// stands, its caller and its place among its workspace's waiting requests.
+    pub(super) look_again: LookAgain,
 }
+
+/// A parked request's next look at its feed.
+pub type LookAgain = Box<dyn FnOnce(bool) -> BoxFuture<'static, Result<Answer, ApiError>> + Send>;
 
 impl Parked {
     /// Waits until the request is worth looking at again: its feed's head, the bound (when
     /// it holds changes back) or a key moved, or it is out of time.
     pub async fn until_worth_looking(&mut self) {
-        let shutdown = self.feeds.shutdown.clone();
         self.out_of_time = tokio::select! {
             biased;
-            () = shutdown.cancelled() => true,
+            () = self.shutdown.cancelled() => true,
             () = tokio::time::sleep_until(self.deadline) => true,
             () = self.head.changed() => false,
             () = self.bound.moved(), if self.not_yet_served => false,
@@ -74,8 +63,8 @@ impl Parked {
     }
 
     /// The request's answer now: a page, or a wait again when what woke it let nothing
-    /// through. Boxed by its resource's look, so the record stays small while it waits.
+    /// through. Boxed by the look, so the record stays small while it waits.
     pub async fn answer(self: Box<Self>) -> Result<Answer, ApiError> {
-        (self.look_again)(self).await
+        (self.look_again)(self.out_of_time).await
     }
 }
