@@ -128,14 +128,14 @@ pub async fn run(command: WebhooksCommand) -> Result<(), CommandError> {
         WebhooksCommand::List(args) => list(args).await,
         WebhooksCommand::Disable(args) => {
             let pool = connect(&args.database).await?;
-            let found = store::set_enabled(&pool, args.id, Some(&args.reason))
+            let found = store::set_endpoint_enabled(&pool, args.id, Some(&args.reason))
                 .await
                 .map_err(|source| database_error(&args.database.database_url, source))?;
             found_or(found, args.id, "disabled: no delivery is made until it is enabled")
         }
         WebhooksCommand::Enable(args) => {
             let pool = connect(&args.database).await?;
-            let found = store::set_enabled(&pool, args.id, None)
+            let found = store::set_endpoint_enabled(&pool, args.id, None)
                 .await
                 .map_err(|source| database_error(&args.database.database_url, source))?;
             found_or(found, args.id, "enabled: changes it was not told about are announced within seconds")
@@ -143,7 +143,7 @@ pub async fn run(command: WebhooksCommand) -> Result<(), CommandError> {
         WebhooksCommand::RotateSecret(args) => rotate(args).await,
         WebhooksCommand::Delete(args) => {
             let pool = connect(&args.database).await?;
-            let found = store::delete(&pool, args.id)
+            let found = store::delete_endpoint(&pool, args.id)
                 .await
                 .map_err(|source| database_error(&args.database.database_url, source))?;
             found_or(found, args.id, "deleted, with its delivery log")
@@ -180,7 +180,7 @@ async fn create(args: CreateArgs) -> Result<(), CommandError> {
         .await
         .map_err(|error| CommandError::Refused { what: "refused webhook URL", source: Box::new(error) })?;
     let pool = connect(&args.database).await?;
-    let (id, secret) = store::create(&pool, &peppers, args.workspace, url.as_str(), &args.resources)
+    let (id, secret) = store::create_endpoint(&pool, &peppers, args.workspace, url.as_str(), &args.resources)
         .await
         .map_err(|source| database_error(&args.database.database_url, source))?;
     let resources: Vec<&str> = args.resources.iter().map(|resource| resource.as_str()).collect();
@@ -209,7 +209,7 @@ async fn create(args: CreateArgs) -> Result<(), CommandError> {
 
 async fn list(args: ListArgs) -> Result<(), CommandError> {
     let pool = connect(&args.database).await?;
-    let endpoints = store::list(&pool, args.workspace)
+    let endpoints = store::list_endpoints(&pool, args.workspace)
         .await
         .map_err(|source| database_error(&args.database.database_url, source))?;
     match args.output {
@@ -274,7 +274,7 @@ async fn rotate(args: RotateArgs) -> Result<(), CommandError> {
 
 async fn deliveries(args: DeliveriesArgs) -> Result<(), CommandError> {
     let pool = connect(&args.database).await?;
-    let deliveries = store::deliveries(&pool, args.id, args.limit)
+    let deliveries = store::latest_deliveries(&pool, args.id, args.limit)
         .await
         .map_err(|source| database_error(&args.database.database_url, source))?;
     match args.output {

@@ -9,7 +9,8 @@
 //! # Layout
 //! - [`secret`]: `whsec_` secrets, sealed at rest, and the signature.
 //! - [`target`]: which URLs and addresses a delivery may go to.
-//! - [`store`]: the endpoint and delivery tables, for the command line.
+//! - [`store`]: every statement on the endpoint and delivery tables, the command line's
+//!   and the deliverer's.
 //! - [`deliverer`]: leases, coalescing, attempts and retries in `serve`.
 //! - [`attempt`]: one HTTP attempt.
 

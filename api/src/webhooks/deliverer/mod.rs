@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -32,6 +32,7 @@ use uuid::Uuid;
 
 use super::attempt;
 use super::secret::{SealError, SigningSecret};
+use super::store::{self, ClaimedEndpoint, FailingEndpoint, HeldEndpoint};
 use super::{Resource, WebhookSettings};
 use crate::feed::bound::FeedBound;
 use crate::keys::Peppers;
@@ -60,6 +61,8 @@ const CONNECTIONS: u32 = 4;
 pub const APPLICATION: &str = "lectern-api-webhooks";
 /// Most due deliveries one look sends (one per resource is the most there can be).
 const DUE_PER_LOOK: i64 = 4;
+/// Most endpoints disabled by failures that readiness names (all are counted).
+const FAILING_SHOWN: i64 = 20;
 
 /// One endpoint this process delivers for.
 struct Worker {
@@ -89,25 +92,6 @@ pub struct Deliverer {
     /// Endpoints disabled after their deliveries failed for too long, for readiness.
     failing: Mutex<Vec<String>>,
     trust: Trust,
-}
-
-/// An endpoint as a look needs it.
-#[derive(sqlx::FromRow)]
-struct Endpoint {
-    workspace_id: Uuid,
-    url: String,
-    resources: Vec<String>,
-    secret_sealed: Vec<u8>,
-    previous_secret_sealed: Option<Vec<u8>>,
-    previous_secret_until: Option<DateTime<Utc>>,
-    pepper_fingerprint: Vec<u8>,
-}
-
-#[derive(sqlx::FromRow)]
-struct Due {
-    id: String,
-    resource: String,
-    created_at: DateTime<Utc>,
 }
 
 /// Why a look failed (it is tried again after [`SWEEP_EVERY`]).
@@ -182,49 +166,27 @@ impl Deliverer {
             }
             if pruned.elapsed() >= PRUNE_EVERY {
                 pruned = Instant::now();
-                let prune = sqlx::query(
-                    "delete from webhook_deliveries where state <> 'pending' \
-                     and created_at < now() - make_interval(secs => $1)",
-                )
-                .bind(LOG_KEPT_FOR.as_secs_f64())
-                .execute(&self.pool)
-                .await;
-                if let Err(error) = prune {
+                if let Err(error) = store::prune_delivery_log(&self.pool, LOG_KEPT_FOR).await {
                     tracing::debug!(error = %crate::error::chain(&error), "pruning the webhook delivery log failed");
                 }
             }
         }
         self.keep_workers(Vec::new());
-        let released = sqlx::query("update webhook_endpoints set lease_until = null where lease_owner = $1")
-            .bind(self.owner)
-            .execute(&self.pool)
-            .await;
-        if let Err(error) = released {
+        if let Err(error) = store::release_leases(&self.pool, self.owner).await {
             tracing::warn!(error = %crate::error::chain(&error), "releasing webhook leases failed; another process takes over when they lapse");
         }
     }
 
     /// Renews this process's leases and takes the enabled endpoints nobody holds.
-    async fn claim(&self) -> Result<Vec<(Uuid, Uuid)>, sqlx::Error> {
-        sqlx::query_as(
-            "with claimable as ( \
-                 select id from webhook_endpoints \
-                 where enabled and (lease_owner = $1 or lease_until is null or lease_until < now()) \
-                 for update skip locked) \
-             update webhook_endpoints e set lease_owner = $1, lease_until = now() + make_interval(secs => $2) \
-             from claimable where e.id = claimable.id returning e.id, e.workspace_id",
-        )
-        .bind(self.owner)
-        .bind(self.settings.lease.as_secs_f64())
-        .fetch_all(&self.pool)
-        .await
+    async fn claim(&self) -> Result<Vec<ClaimedEndpoint>, sqlx::Error> {
+        store::claim_endpoints(&self.pool, self.owner, self.settings.lease).await
     }
 
     /// Starts a worker for each endpoint newly held and stops those of endpoints no
     /// longer held (disabled, deleted, or taken over after a lapse).
-    fn keep_workers(self: &Arc<Self>, held: Vec<(Uuid, Uuid)>) {
+    fn keep_workers(self: &Arc<Self>, held: Vec<ClaimedEndpoint>) {
         let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
-        let held: HashMap<Uuid, Uuid> = held.into_iter().collect();
+        let held: HashMap<Uuid, Uuid> = held.into_iter().map(|endpoint| (endpoint.id, endpoint.workspace_id)).collect();
         workers.retain(|endpoint, worker| {
             let keep = held.contains_key(endpoint);
             if !keep {
@@ -248,14 +210,7 @@ impl Deliverer {
 
     /// Wakes the workers of this process's endpoints that have a delivery due.
     async fn wake_due(&self) -> Result<(), sqlx::Error> {
-        let due: Vec<Uuid> = sqlx::query_scalar(
-            "select distinct d.endpoint_id from webhook_deliveries d \
-             join webhook_endpoints e on e.id = d.endpoint_id \
-             where d.state = 'pending' and d.next_attempt_at <= now() and e.lease_owner = $1",
-        )
-        .bind(self.owner)
-        .fetch_all(&self.pool)
-        .await?;
+        let due = store::endpoints_with_due_deliveries(&self.pool, self.owner).await?;
         let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
         for endpoint in due {
             if let Some(worker) = workers.get(&endpoint) {
@@ -266,23 +221,16 @@ impl Deliverer {
     }
 
     async fn count_failing(&self) -> Result<(), sqlx::Error> {
-        let failing: Vec<(Uuid, Uuid, Option<String>)> = sqlx::query_as(
-            "select id, workspace_id, disabled_reason from webhook_endpoints where disabled_by = 'failures' \
-             order by id limit 20",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let count: i64 = sqlx::query_scalar("select count(*) from webhook_endpoints where disabled_by = 'failures'")
-            .fetch_one(&self.pool)
-            .await?;
+        let failing = store::endpoints_disabled_by_failures(&self.pool, FAILING_SHOWN).await?;
+        let count = store::count_endpoints_disabled_by_failures(&self.pool).await?;
         metrics::gauge!(WEBHOOK_ENDPOINTS_FAILING).set(count as f64);
         let problems = failing
             .into_iter()
-            .map(|(id, workspace, reason)| {
+            .map(|FailingEndpoint { id, workspace_id, disabled_reason }| {
                 format!(
-                    "webhook endpoint {id} (workspace {workspace}) was disabled: {}; fix the receiver, then run \
+                    "webhook endpoint {id} (workspace {workspace_id}) was disabled: {}; fix the receiver, then run \
                      `lectern-api webhooks enable {id}`",
-                    reason.unwrap_or_default()
+                    disabled_reason.unwrap_or_default()
                 )
             })
             .collect();
@@ -325,15 +273,7 @@ impl Deliverer {
     /// sends those that are due.
     async fn look(&self, endpoint_id: Uuid, wake: &Wake) -> Result<Look, LookError> {
         let notified: Vec<i64> = wake.notified.iter().map(|position| position.load(Ordering::Acquire)).collect();
-        let endpoint: Option<Endpoint> = sqlx::query_as(
-            "select workspace_id, url, resources, secret_sealed, previous_secret_sealed, previous_secret_until, \
-                    pepper_fingerprint \
-             from webhook_endpoints where id = $1 and enabled and lease_owner = $2",
-        )
-        .bind(endpoint_id)
-        .bind(self.owner)
-        .fetch_optional(&self.pool)
-        .await?;
+        let endpoint = store::held_endpoint(&self.pool, endpoint_id, self.owner).await?;
         // Disabled, deleted or taken over: this worker ends; the claimer starts another if
         // the endpoint is this process's again.
         let Some(endpoint) = endpoint else {
@@ -353,52 +293,22 @@ impl Deliverer {
             .fetch_one(&self.pool)
             .await?;
             behind_notified |= notified[resource as usize] > head;
-            sqlx::query(
-                "insert into webhook_deliveries (id, endpoint_id, resource, through) \
-                 select $1, $2, $3, $4 where $4 > coalesce( \
-                     (select through from webhook_announced where endpoint_id = $2 and resource = $3), 0) \
-                 on conflict (endpoint_id, resource) where state = 'pending' \
-                 do update set through = greatest(webhook_deliveries.through, excluded.through)",
-            )
-            .bind(delivery_id())
-            .bind(endpoint_id)
-            .bind(resource.as_str())
-            .bind(head)
-            .execute(&self.pool)
-            .await?;
+            store::raise_pending_delivery(&self.pool, endpoint_id, resource, head).await?;
         }
-        let due: Vec<Due> = sqlx::query_as(
-            "select id, resource, created_at from webhook_deliveries \
-             where endpoint_id = $1 and state = 'pending' and next_attempt_at <= now() \
-             order by next_attempt_at limit $2",
-        )
-        .bind(endpoint_id)
-        .bind(DUE_PER_LOOK)
-        .fetch_all(&self.pool)
-        .await?;
+        let due = store::due_deliveries(&self.pool, endpoint_id, DUE_PER_LOOK).await?;
         if !due.is_empty() {
             let secrets = self.secrets(endpoint_id, &endpoint)?;
             for delivery in due {
                 self.attempt(endpoint_id, workspace_id, &endpoint.url, &secrets, &delivery).await?;
             }
         }
-        let next_due: Option<f64> = sqlx::query_scalar(
-            "select extract(epoch from min(next_attempt_at) - now())::float8 from webhook_deliveries \
-             where endpoint_id = $1 and state = 'pending'",
-        )
-        .bind(endpoint_id)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(Look {
-            next_due: next_due.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
-            behind_notified,
-            gone: false,
-        })
+        let next_due = store::next_due_in(&self.pool, endpoint_id).await?;
+        Ok(Look { next_due, behind_notified, gone: false })
     }
 
     /// The secrets a delivery is signed with: the current one, and the one before the
     /// last rotation while its overlap lasts.
-    fn secrets(&self, endpoint_id: Uuid, endpoint: &Endpoint) -> Result<Vec<SigningSecret>, SealError> {
+    fn secrets(&self, endpoint_id: Uuid, endpoint: &HeldEndpoint) -> Result<Vec<SigningSecret>, SealError> {
         let fingerprint = &endpoint.pepper_fingerprint;
         let mut secrets = vec![SigningSecret::open(&endpoint.secret_sealed, fingerprint, &self.peppers, endpoint_id)?];
         if let (Some(previous), Some(until)) = (&endpoint.previous_secret_sealed, endpoint.previous_secret_until) {
@@ -418,11 +328,6 @@ struct Look {
     behind_notified: bool,
     /// The endpoint is no longer enabled and held by this process.
     gone: bool,
-}
-
-/// A new `webhook-id`.
-fn delivery_id() -> String {
-    format!("msg_{}", Uuid::new_v4().simple())
 }
 
 impl Follower for Deliverer {

@@ -7,10 +7,11 @@ use std::time::Duration;
 use rand::Rng;
 use uuid::Uuid;
 
-use super::{Deliverer, Due};
+use super::Deliverer;
 use crate::metric_names::{WEBHOOK_ATTEMPTS, WEBHOOK_DELIVERY_SECONDS};
 use crate::webhooks::attempt::{self, Announcement, Outcome};
 use crate::webhooks::secret::SigningSecret;
+use crate::webhooks::store::{self, DueDelivery, RecordedFailure};
 use crate::webhooks::Resource;
 
 /// The longest wait between two retries.
@@ -25,7 +26,7 @@ impl Deliverer {
         workspace_id: Uuid,
         url: &str,
         secrets: &[SigningSecret],
-        delivery: &Due,
+        delivery: &DueDelivery,
     ) -> Result<(), sqlx::Error> {
         let Some(resource) = Resource::named(&delivery.resource) else { return Ok(()) };
         let Some(client) = &self.client else { return Ok(()) };
@@ -36,81 +37,41 @@ impl Deliverer {
             Outcome::Refused(status) => (Some(i32::from(*status)), Some(format!("answered {status}"))),
             Outcome::Failed(error) => (None, Some(error.clone())),
         };
-        if let Outcome::Delivered(_) = outcome {
-            let mut transaction = self.pool.begin().await?;
-            let delivered: Option<(i64, f64)> = sqlx::query_as(
-                "update webhook_deliveries d set state = 'delivered', delivered_at = now(), attempts = attempts + 1, \
-                        first_attempt_at = coalesce(first_attempt_at, now()), last_attempt_at = now(), \
-                        last_status = $2, last_error = null \
-                 from webhook_endpoints e \
-                 where d.id = $1 and d.state = 'pending' and e.id = d.endpoint_id and e.lease_owner = $3 \
-                 returning d.through, extract(epoch from now() - d.created_at)::float8",
+        if let Outcome::Delivered(answered) = outcome {
+            let recorded = store::record_delivered(
+                &self.pool,
+                self.owner,
+                endpoint_id,
+                &delivery.id,
+                resource,
+                i32::from(answered),
             )
-            .bind(&delivery.id)
-            .bind(status)
-            .bind(self.owner)
-            .fetch_optional(&mut *transaction)
             .await?;
-            if let Some((through, seconds)) = delivered {
-                sqlx::query(
-                    "insert into webhook_announced (endpoint_id, resource, through) values ($1, $2, $3) \
-                     on conflict (endpoint_id, resource) \
-                     do update set through = greatest(webhook_announced.through, excluded.through)",
-                )
-                .bind(endpoint_id)
-                .bind(resource.as_str())
-                .bind(through)
-                .execute(&mut *transaction)
-                .await?;
+            if let Some(seconds) = recorded {
                 metrics::histogram!(WEBHOOK_DELIVERY_SECONDS).record(seconds);
             }
-            transaction.commit().await?;
             metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "delivered").increment(1);
             return Ok(());
         }
         let error = error.unwrap_or_default();
-        let attempts: Option<(i32, String)> = sqlx::query_as(
-            "update webhook_deliveries d set attempts = attempts + 1, last_attempt_at = now(), \
-                    first_attempt_at = coalesce(first_attempt_at, now()), last_status = $2, last_error = $3, \
-                    state = case when coalesce(first_attempt_at, now()) + make_interval(secs => $4) <= now() \
-                                 then 'failed' else 'pending' end \
-             from webhook_endpoints e \
-             where d.id = $1 and d.state = 'pending' and e.id = d.endpoint_id and e.lease_owner = $5 \
-             returning d.attempts, d.state",
-        )
-        .bind(&delivery.id)
-        .bind(status)
-        .bind(&error)
-        .bind(self.settings.retry_for.as_secs_f64())
-        .bind(self.owner)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some((attempts, state)) = attempts else { return Ok(()) };
-        if state == "failed" {
+        let recorded =
+            store::record_failed_attempt(&self.pool, self.owner, &delivery.id, status, &error, self.settings.retry_for)
+                .await?;
+        let Some(RecordedFailure { attempts, gave_up }) = recorded else { return Ok(()) };
+        if gave_up {
             metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "gave_up").increment(1);
             let reason = format!(
                 "deliveries failed for {} s after the first attempt (last: {error})",
                 self.settings.retry_for.as_secs()
             );
             tracing::warn!(%endpoint_id, %workspace_id, %reason, "webhook endpoint disabled");
-            sqlx::query(
-                "update webhook_endpoints set enabled = false, disabled_by = 'failures', disabled_reason = $2 \
-                 where id = $1",
-            )
-            .bind(endpoint_id)
-            .bind(&reason)
-            .execute(&self.pool)
-            .await?;
+            store::disable_after_failures(&self.pool, endpoint_id, &reason).await?;
             return Ok(());
         }
         metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "failed").increment(1);
         let delay = retry_delay(self.settings.first_retry, attempts);
         tracing::info!(%endpoint_id, delivery = %delivery.id, attempts, %error, retry_in_ms = delay.as_millis() as u64, "webhook delivery failed; retrying");
-        sqlx::query("update webhook_deliveries set next_attempt_at = now() + make_interval(secs => $2) where id = $1")
-            .bind(&delivery.id)
-            .bind(delay.as_secs_f64())
-            .execute(&self.pool)
-            .await?;
+        store::schedule_retry(&self.pool, &delivery.id, delay).await?;
         Ok(())
     }
 }
