@@ -165,8 +165,10 @@ fn index_only_scan<'a>(nodes: &'a [Value], index: &str) -> &'a Value {
     node
 }
 
+/// The count `field` of a plan node. A field the plan lacks fails the test: read as 0, a
+/// renamed or misspelt field would pass every assertion that expects none.
 fn count(node: &Value, field: &str) -> u64 {
-    node[field].as_u64().unwrap_or(0)
+    node[field].as_u64().unwrap_or_else(|| panic!("the plan node has no count {field:?}: {node:#}"))
 }
 
 #[tokio::test]
