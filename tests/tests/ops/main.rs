@@ -8,6 +8,7 @@
 mod architecture_map;
 mod cli;
 mod compose;
+mod database_functions;
 mod dockerfile;
 mod docs_links;
 mod stack;
