@@ -1,7 +1,7 @@
 //! The webhook tables (`webhook_endpoints`, `webhook_deliveries`, `webhook_announced`):
-//! every statement on them is here, so what the tables' rows can be made to say is read in
-//! one file. First what the command line runs (endpoints as the operator registers them,
-//! the delivery log); then what the [deliverer](super::deliverer) runs: leases, pending
+//! every statement on them is here, so one file shows everything that reads or changes
+//! them. First what the command line runs (endpoints as the operator registers them, the
+//! delivery log); then what the [deliverer](super::deliverer) runs: leases, pending
 //! deliveries, and the outcome of each attempt, which it records only while it holds the
 //! endpoint's lease.
 
