@@ -274,6 +274,40 @@ impl TestApp {
             assert!(pages.len() < 10_000, "traversal does not end");
         }
     }
+
+    /// Every id a traversal from `first` serves, in order, checking that every page but
+    /// the last says `hasMore` with a cursor and the last does not.
+    pub async fn traversal_ids(&self, key: &str, first: &str) -> Vec<String> {
+        let pages = self.traverse(key, first).await;
+        let last = pages.len() - 1;
+        for (index, page) in pages.iter().enumerate() {
+            let more = index < last;
+            assert_eq!(page["page"]["hasMore"], more, "{first}, page {index}: {page}");
+            assert_eq!(page["page"]["nextCursor"].is_string(), more, "{first}, page {index}: {page}");
+        }
+        pages
+            .iter()
+            .flat_map(|page| page["data"].as_array().unwrap_or_else(|| panic!("no data array: {page}")).iter())
+            .map(id_of)
+            .collect()
+    }
+
+    /// Continues the traversal of `first` from `cursor` to the end; every id served after
+    /// the cursor, in order.
+    pub async fn ids_after(&self, key: &str, first: &str, cursor: String) -> Vec<String> {
+        let separator = if first.contains('?') { '&' } else { '?' };
+        let mut listed = Vec::new();
+        let mut cursor = Some(cursor);
+        while let Some(token) = cursor {
+            let reply = self.get(key, &format!("{first}{separator}cursor={}", urlencode(&token))).await;
+            reply.assert_ok();
+            listed.extend(reply.ids());
+            cursor = reply.body["page"]["nextCursor"].as_str().map(str::to_owned);
+            assert_eq!(reply.body["page"]["hasMore"], cursor.is_some(), "{}", reply.text);
+            assert!(listed.len() < 10_000, "traversal does not end");
+        }
+        listed
+    }
 }
 
 /// Until the change listener is up, the key and first-page caches neither serve nor
@@ -387,6 +421,44 @@ impl Reply {
     pub fn names(&self) -> Vec<String> {
         self.data().iter().map(|record| record["name"].as_str().unwrap_or_default().to_owned()).collect()
     }
+
+    /// Ids in `data`, in order.
+    pub fn ids(&self) -> Vec<String> {
+        self.data().iter().map(id_of).collect()
+    }
+
+    /// The page's `nextCursor`, which must be there.
+    pub fn next_cursor(&self) -> String {
+        self.body["page"]["nextCursor"].as_str().unwrap_or_else(|| panic!("no nextCursor: {}", self.text)).to_owned()
+    }
+}
+
+/// A record's id, which it must have.
+pub fn id_of(record: &Value) -> String {
+    record["id"].as_str().unwrap_or_else(|| panic!("record without an id: {record}")).to_owned()
+}
+
+/// `ids` as the API writes them, to compare with [`Reply::ids`].
+pub fn id_strings(ids: &[Uuid]) -> Vec<String> {
+    ids.iter().map(Uuid::to_string).collect()
+}
+
+/// The sorted key names of a JSON object, to compare a shape with the contract's.
+pub fn keys_of(value: &Value) -> Vec<String> {
+    let object = value.as_object().unwrap_or_else(|| panic!("not a JSON object: {value}"));
+    let mut keys: Vec<String> = object.keys().cloned().collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// The contract's instants: `^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$`.
+pub fn is_millisecond_instant(text: &str) -> bool {
+    const TEMPLATE: &[u8] = b"dddd-dd-ddTdd:dd:dd.dddZ";
+    text.len() == TEMPLATE.len()
+        && text.bytes().zip(TEMPLATE).all(|(byte, &expected)| match expected {
+            b'd' => byte.is_ascii_digit(),
+            other => byte == other,
+        })
 }
 
 /// The contract's RequestId pattern: `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.

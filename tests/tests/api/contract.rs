@@ -3,31 +3,13 @@
 
 use chrono::Duration;
 use lectern_api::keys::Scope;
-use lectern_tests::app::is_request_id;
+use lectern_tests::app::{is_millisecond_instant, is_request_id, keys_of};
 use lectern_tests::seed::base_time;
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use serde_json::Value;
 
 /// A query with two problems, so a 400 would have something to say about it.
 const BAD_QUERY: &str = "/v1/contacts?limit=0&colour=red";
-
-/// The sorted key names of a JSON object.
-fn keys_of(value: &Value) -> Vec<String> {
-    let object = value.as_object().unwrap_or_else(|| panic!("not a JSON object: {value}"));
-    let mut keys: Vec<String> = object.keys().cloned().collect();
-    keys.sort_unstable();
-    keys
-}
-
-/// `^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$`
-fn is_millisecond_instant(text: &str) -> bool {
-    const TEMPLATE: &[u8] = b"dddd-dd-ddTdd:dd:dd.dddZ";
-    text.len() == TEMPLATE.len()
-        && text.bytes().zip(TEMPLATE).all(|(byte, &expected)| match expected {
-            b'd' => byte.is_ascii_digit(),
-            other => byte == other,
-        })
-}
 
 /// A GET without an API key.
 async fn get_without_key(app: &TestApp, path_and_query: &str) -> Reply {

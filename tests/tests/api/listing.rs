@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Duration as Span;
-use lectern_tests::app::{urlencode, AppOptions};
+use lectern_tests::app::{id_of, id_strings, urlencode, AppOptions};
 use lectern_tests::projector::eventually;
 use lectern_tests::seed::{base_time, insert_contacts};
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
@@ -16,57 +16,6 @@ use uuid::Uuid;
 fn with_id(mut seed: ContactSeed, id: u128) -> ContactSeed {
     seed.id = Uuid::from_u128(id);
     seed
-}
-
-/// A record's id.
-fn id_of(record: &Value) -> String {
-    record["id"].as_str().unwrap_or_else(|| panic!("record without an id: {record}")).to_owned()
-}
-
-/// The ids of one page, in order.
-fn ids(reply: &Reply) -> Vec<String> {
-    reply.data().iter().map(id_of).collect()
-}
-
-fn strings(ids: &[Uuid]) -> Vec<String> {
-    ids.iter().map(Uuid::to_string).collect()
-}
-
-/// Follows the cursors from `first` to the end and returns every id served, in order;
-/// checks that every page but the last says `hasMore` with a cursor, and the last does not.
-async fn traversal_ids(app: &TestApp, key: &str, first: &str) -> Vec<String> {
-    let pages = app.traverse(key, first).await;
-    let last = pages.len() - 1;
-    for (index, page) in pages.iter().enumerate() {
-        let more = index < last;
-        assert_eq!(page["page"]["hasMore"], more, "page {index}: {page}");
-        assert_eq!(page["page"]["nextCursor"].is_string(), more, "page {index}: {page}");
-    }
-    pages
-        .iter()
-        .flat_map(|page| page["data"].as_array().unwrap_or_else(|| panic!("no data array: {page}")).iter())
-        .map(id_of)
-        .collect()
-}
-
-/// Continues the traversal of `base` (a path with a query) from `cursor` to the end;
-/// returns every id served after the cursor, in order.
-async fn ids_after(app: &TestApp, key: &str, base: &str, cursor: String) -> Vec<String> {
-    let mut listed = Vec::new();
-    let mut cursor = Some(cursor);
-    while let Some(token) = cursor {
-        let reply = app.get(key, &format!("{base}&cursor={}", urlencode(&token))).await;
-        reply.assert_ok();
-        listed.extend(ids(&reply));
-        cursor = reply.body["page"]["nextCursor"].as_str().map(str::to_owned);
-        assert_eq!(reply.body["page"]["hasMore"], cursor.is_some(), "{}", reply.text);
-        assert!(listed.len() < 10_000, "traversal does not end");
-    }
-    listed
-}
-
-fn next_cursor(reply: &Reply) -> String {
-    reply.body["page"]["nextCursor"].as_str().unwrap_or_else(|| panic!("no nextCursor: {}", reply.text)).to_owned()
 }
 
 /// A 400 VALIDATION_ERROR naming `cursor` and telling the client to start over.
@@ -99,9 +48,9 @@ async fn default_limit_is_50_with_has_more_when_more_exist() {
     let reply = app.get(&key, "/v1/contacts").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted[..50]));
+    assert_eq!(reply.ids(), id_strings(&inserted[..50]));
     assert_eq!(reply.body["page"]["hasMore"], true);
-    assert!(!next_cursor(&reply).is_empty());
+    assert!(!reply.next_cursor().is_empty());
 }
 
 #[tokio::test]
@@ -117,7 +66,7 @@ async fn default_sort_is_created_at_ascending() {
     let reply = app.get(&key, "/v1/contacts").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&[oldest, middle, newest]));
+    assert_eq!(reply.ids(), id_strings(&[oldest, middle, newest]));
 }
 
 #[tokio::test]
@@ -132,7 +81,7 @@ async fn created_at_ties_are_broken_by_id_ascending() {
     let reply = app.get(&key, "/v1/contacts").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&(1..=5).map(Uuid::from_u128).collect::<Vec<_>>()));
+    assert_eq!(reply.ids(), id_strings(&(1..=5).map(Uuid::from_u128).collect::<Vec<_>>()));
 }
 
 #[tokio::test]
@@ -148,7 +97,7 @@ async fn default_type_is_all() {
     let reply = app.get(&key, "/v1/contacts").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&[customer, supplier, both, neither]));
+    assert_eq!(reply.ids(), id_strings(&[customer, supplier, both, neither]));
     assert_eq!(reply.body["data"], app.get(&key, "/v1/contacts?type=all").await.body["data"]);
 }
 
@@ -186,7 +135,7 @@ async fn name_ties_are_broken_by_id_ascending() {
     reply.assert_ok();
     let mut expected = vec![before];
     expected.extend((1..=4).map(Uuid::from_u128));
-    assert_eq!(ids(&reply), strings(&expected));
+    assert_eq!(reply.ids(), id_strings(&expected));
 }
 
 // Page bounds.
@@ -201,9 +150,9 @@ async fn limit_1_gives_one_contact_and_a_cursor() {
     let reply = app.get(&key, "/v1/contacts?limit=1").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted[..1]));
+    assert_eq!(reply.ids(), id_strings(&inserted[..1]));
     assert_eq!(reply.body["page"]["hasMore"], true);
-    assert!(!next_cursor(&reply).is_empty());
+    assert!(!reply.next_cursor().is_empty());
 }
 
 #[tokio::test]
@@ -216,7 +165,7 @@ async fn limit_100_gives_a_hundred_contacts() {
     let reply = app.get(&key, "/v1/contacts?limit=100").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted[..100]));
+    assert_eq!(reply.ids(), id_strings(&inserted[..100]));
     assert_eq!(reply.body["page"]["hasMore"], true);
 }
 
@@ -231,7 +180,7 @@ async fn a_page_that_holds_the_last_contact_has_no_more_and_a_null_cursor() {
     let reply = app.get(&key, "/v1/contacts?limit=3").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted));
+    assert_eq!(reply.ids(), id_strings(&inserted));
     assert_eq!(reply.body["page"]["hasMore"], false);
     assert!(reply.body["page"]["nextCursor"].is_null(), "{}", reply.text);
 }
@@ -244,10 +193,10 @@ async fn the_page_reached_by_the_last_cursor_has_no_more_and_a_null_cursor() {
     let inserted = insert_contacts(&app.pool, workspace, "contact", 3).await;
     let first = app.get(&key, "/v1/contacts?limit=2").await;
 
-    let reply = app.get(&key, &format!("/v1/contacts?limit=2&cursor={}", urlencode(&next_cursor(&first)))).await;
+    let reply = app.get(&key, &format!("/v1/contacts?limit=2&cursor={}", urlencode(&first.next_cursor()))).await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted[2..]));
+    assert_eq!(reply.ids(), id_strings(&inserted[2..]));
     assert_eq!(reply.body["page"]["hasMore"], false);
     assert!(reply.body["page"]["nextCursor"].is_null(), "{}", reply.text);
 }
@@ -284,7 +233,7 @@ async fn archived_and_deleted_contacts_are_never_listed() {
     }
 
     for query in ["", "?sort=name", "?type=customer", "?type=supplier", "?limit=1"] {
-        let listed = traversal_ids(&app, &key, &format!("/v1/contacts{query}")).await;
+        let listed = app.traversal_ids(&key, &format!("/v1/contacts{query}")).await;
 
         assert_eq!(listed, active, "{query}");
     }
@@ -309,7 +258,7 @@ async fn a_contact_archived_after_listing_disappears_from_the_listing() {
     let fresh = eventually(NOTIFY_DELIVERY, || async {
         let reply = app.get(&key, "/v1/contacts").await;
         reply.assert_ok();
-        ids(&reply) == [keep.id.to_string()]
+        reply.ids() == [keep.id.to_string()]
     })
     .await;
     assert!(fresh, "the archived contact is still listed after {NOTIFY_DELIVERY:?}");
@@ -344,7 +293,7 @@ async fn type_customer_lists_the_contacts_that_are_customers() {
     let reply = app.get(&key, "/v1/contacts?type=customer").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), [customer, both]);
+    assert_eq!(reply.ids(), [customer, both]);
 }
 
 #[tokio::test]
@@ -357,7 +306,7 @@ async fn type_supplier_lists_the_contacts_that_are_suppliers() {
     let reply = app.get(&key, "/v1/contacts?type=supplier").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), [supplier, both]);
+    assert_eq!(reply.ids(), [supplier, both]);
 }
 
 #[tokio::test]
@@ -370,7 +319,7 @@ async fn type_all_lists_every_contact_whatever_its_roles() {
     let reply = app.get(&key, "/v1/contacts?type=all").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), all);
+    assert_eq!(reply.ids(), all);
 }
 
 // Traversal.
@@ -383,9 +332,9 @@ async fn a_created_at_traversal_returns_every_active_contact_once_in_order() {
     let inserted = insert_contacts(&app.pool, workspace, "contact", 23).await;
     ContactSeed::named("archived").at(5).status("archived").insert(&app.pool, workspace).await;
 
-    let listed = traversal_ids(&app, &key, "/v1/contacts?limit=5").await;
+    let listed = app.traversal_ids(&key, "/v1/contacts?limit=5").await;
 
-    assert_eq!(listed, strings(&inserted));
+    assert_eq!(listed, id_strings(&inserted));
 }
 
 #[tokio::test]
@@ -403,9 +352,9 @@ async fn a_created_at_traversal_through_ties_returns_each_contact_once() {
         expected.extend((1..=5_u128).map(|id| Uuid::from_u128(group as u128 * 100 + id)));
     }
 
-    let listed = traversal_ids(&app, &key, "/v1/contacts?limit=2").await;
+    let listed = app.traversal_ids(&key, "/v1/contacts?limit=2").await;
 
-    assert_eq!(listed, strings(&expected));
+    assert_eq!(listed, id_strings(&expected));
 }
 
 #[tokio::test]
@@ -422,9 +371,9 @@ async fn a_created_at_traversal_keeps_microsecond_precision_between_pages() {
         expected.push(seed.insert(&app.pool, workspace).await);
     }
 
-    let listed = traversal_ids(&app, &key, "/v1/contacts?limit=1").await;
+    let listed = app.traversal_ids(&key, "/v1/contacts?limit=1").await;
 
-    assert_eq!(listed, strings(&expected));
+    assert_eq!(listed, id_strings(&expected));
 }
 
 #[tokio::test]
@@ -444,7 +393,7 @@ async fn a_name_traversal_returns_every_active_contact_once_in_order() {
     ContactSeed::named("bravo").status("deleted").insert(&app.pool, workspace).await;
     expected.sort();
 
-    let listed = traversal_ids(&app, &key, "/v1/contacts?sort=name&limit=4").await;
+    let listed = app.traversal_ids(&key, "/v1/contacts?sort=name&limit=4").await;
 
     assert_eq!(listed, expected.iter().map(|(_, id)| id.to_string()).collect::<Vec<_>>());
 }
@@ -458,9 +407,9 @@ async fn a_name_traversal_through_case_and_accent_variants_returns_each_once() {
     for (index, name) in names.into_iter().enumerate() {
         ContactSeed::named(name).at(index as i64).insert(&app.pool, workspace).await;
     }
-    let whole = ids(&app.get(&key, "/v1/contacts?sort=name&limit=100").await);
+    let whole = app.get(&key, "/v1/contacts?sort=name&limit=100").await.ids();
 
-    let listed = traversal_ids(&app, &key, "/v1/contacts?sort=name&limit=1").await;
+    let listed = app.traversal_ids(&key, "/v1/contacts?sort=name&limit=1").await;
 
     assert_eq!(listed, whole);
     assert_eq!(listed.iter().collect::<HashSet<_>>().len(), names.len());
@@ -481,9 +430,9 @@ async fn a_traversal_with_a_type_filter_returns_every_matching_contact_once_in_o
         }
     }
 
-    let listed = traversal_ids(&app, &key, "/v1/contacts?type=supplier&limit=3").await;
+    let listed = app.traversal_ids(&key, "/v1/contacts?type=supplier&limit=3").await;
 
-    assert_eq!(listed, strings(&suppliers));
+    assert_eq!(listed, id_strings(&suppliers));
 }
 
 #[tokio::test]
@@ -503,11 +452,11 @@ async fn limit_may_change_between_pages_of_one_traversal() {
         let reply = app.get(&key, &query).await;
         reply.assert_ok();
         assert!(reply.data().len() <= limit, "limit {limit}: {}", reply.text);
-        listed.extend(ids(&reply));
+        listed.extend(reply.ids());
         cursor = reply.body["page"]["nextCursor"].as_str().map(str::to_owned);
     }
 
-    assert_eq!(listed, strings(&inserted));
+    assert_eq!(listed, id_strings(&inserted));
     assert!(cursor.is_none(), "the last page has no cursor");
 }
 
@@ -519,11 +468,11 @@ async fn a_cursor_is_accepted_when_default_parameters_are_spelled_out() {
     let inserted = insert_contacts(&app.pool, workspace, "contact", 3).await;
     let first = app.get(&key, "/v1/contacts?limit=1").await;
 
-    let query = format!("/v1/contacts?type=all&sort=createdAt&search=&cursor={}", urlencode(&next_cursor(&first)));
+    let query = format!("/v1/contacts?type=all&sort=createdAt&search=&cursor={}", urlencode(&first.next_cursor()));
     let reply = app.get(&key, &query).await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted[1..]));
+    assert_eq!(reply.ids(), id_strings(&inserted[1..]));
 }
 
 #[tokio::test]
@@ -535,10 +484,10 @@ async fn a_cursor_works_with_another_key_of_the_same_workspace() {
     let inserted = insert_contacts(&app.pool, workspace, "contact", 3).await;
     let first = app.get(&key, "/v1/contacts?limit=1").await;
 
-    let reply = app.get(&other_key, &format!("/v1/contacts?cursor={}", urlencode(&next_cursor(&first)))).await;
+    let reply = app.get(&other_key, &format!("/v1/contacts?cursor={}", urlencode(&first.next_cursor()))).await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted[1..]));
+    assert_eq!(reply.ids(), id_strings(&inserted[1..]));
 }
 
 // Traversal while records change.
@@ -557,20 +506,20 @@ async fn contacts_unchanged_for_a_whole_created_at_traversal_are_returned_once_w
     }
     let first = app.get(&key, "/v1/contacts?limit=4").await;
     first.assert_ok();
-    let mut listed = ids(&first);
+    let mut listed = first.ids();
 
     // Behind the cursor: one new record, one served record removed.
     let behind = ContactSeed::named("inserted behind").at(15).insert(&app.pool, workspace).await;
     seeds[1].clone().status("deleted").insert(&app.pool, workspace).await;
     // Ahead of the cursor: one record removed before it could be served.
     let removed_ahead = seeds[6].clone().status("archived").insert(&app.pool, workspace).await;
-    let second = app.get(&key, &format!("/v1/contacts?limit=4&cursor={}", urlencode(&next_cursor(&first)))).await;
+    let second = app.get(&key, &format!("/v1/contacts?limit=4&cursor={}", urlencode(&first.next_cursor()))).await;
     second.assert_ok();
-    listed.extend(ids(&second));
+    listed.extend(second.ids());
     // Ahead again: one more new record, and a removal after the second page.
     let ahead = ContactSeed::named("inserted ahead").at(95).insert(&app.pool, workspace).await;
     seeds[10].clone().status("deleted").insert(&app.pool, workspace).await;
-    listed.extend(ids_after(&app, &key, "/v1/contacts?limit=4", next_cursor(&second)).await);
+    listed.extend(app.ids_after(&key, "/v1/contacts?limit=4", second.next_cursor()).await);
 
     let stable: Vec<String> = [0, 2, 3, 4, 5, 7, 8, 9, 11].iter().map(|&index| seeds[index].id.to_string()).collect();
     let served_stable: Vec<String> = listed.iter().filter(|id| stable.contains(id)).cloned().collect();
@@ -596,13 +545,13 @@ async fn contacts_unchanged_for_a_whole_name_traversal_are_returned_once_while_o
     }
     let first = app.get(&key, "/v1/contacts?sort=name&limit=3").await;
     first.assert_ok();
-    let mut listed = ids(&first);
+    let mut listed = first.ids();
 
     let behind = ContactSeed::named("cc").insert(&app.pool, workspace).await;
     // The very record the cursor points at goes away.
     seeds[2].clone().status("deleted").insert(&app.pool, workspace).await;
     let removed_ahead = seeds[5].clone().status("archived").insert(&app.pool, workspace).await;
-    listed.extend(ids_after(&app, &key, "/v1/contacts?sort=name&limit=3", next_cursor(&first)).await);
+    listed.extend(app.ids_after(&key, "/v1/contacts?sort=name&limit=3", first.next_cursor()).await);
 
     let stable: Vec<String> = [0, 1, 3, 4, 6, 7].iter().map(|&index| seeds[index].id.to_string()).collect();
     let served_stable: Vec<String> = listed.iter().filter(|id| stable.contains(id)).cloned().collect();
@@ -630,12 +579,12 @@ async fn each_key_traverses_only_its_own_workspace() {
     let by_name = |ids: &[Uuid]| {
         let mut ids = ids.to_vec();
         ids.sort();
-        strings(&ids)
+        id_strings(&ids)
     };
 
     for (key, own) in [(&red_key, &red_ids), (&blue_key, &blue_ids)] {
-        assert_eq!(traversal_ids(&app, key, "/v1/contacts?limit=4").await, strings(own));
-        assert_eq!(traversal_ids(&app, key, "/v1/contacts?sort=name&limit=4").await, by_name(own));
+        assert_eq!(app.traversal_ids(key, "/v1/contacts?limit=4").await, id_strings(own));
+        assert_eq!(app.traversal_ids(key, "/v1/contacts?sort=name&limit=4").await, by_name(own));
     }
 }
 
@@ -647,7 +596,7 @@ async fn a_tampered_cursor_is_a_400_that_says_start_over() {
     let app = TestApp::spawn(db.pool.clone()).await;
     let (workspace, key) = app.workspace_with_key().await;
     insert_contacts(&app.pool, workspace, "contact", 3).await;
-    let cursor = next_cursor(&app.get(&key, "/v1/contacts?limit=1").await);
+    let cursor = app.get(&key, "/v1/contacts?limit=1").await.next_cursor();
     let mut chars: Vec<char> = cursor.chars().collect();
     let middle = chars.len() / 2;
     chars[middle] = if chars[middle] == 'A' { 'B' } else { 'A' };
@@ -692,7 +641,7 @@ async fn a_cursor_from_another_workspace_is_a_400_that_says_start_over() {
     let (other, other_key) = app.workspace_with_key().await;
     insert_contacts(&app.pool, workspace, "mine", 3).await;
     insert_contacts(&app.pool, other, "theirs", 3).await;
-    let foreign = next_cursor(&app.get(&other_key, "/v1/contacts?limit=1").await);
+    let foreign = app.get(&other_key, "/v1/contacts?limit=1").await.next_cursor();
 
     let reply = app.get(&key, &format!("/v1/contacts?limit=1&cursor={}", urlencode(&foreign))).await;
 
@@ -709,7 +658,7 @@ async fn replayed_cursor(issued_with: &str, used_with: &str) -> Reply {
     }
     let first = app.get(&key, &format!("/v1/contacts?limit=1{issued_with}")).await;
     first.assert_ok();
-    app.get(&key, &format!("/v1/contacts?limit=1{used_with}&cursor={}", urlencode(&next_cursor(&first)))).await
+    app.get(&key, &format!("/v1/contacts?limit=1{used_with}&cursor={}", urlencode(&first.next_cursor()))).await
 }
 
 #[tokio::test]
@@ -750,7 +699,7 @@ async fn expired_cursor_is_a_400_that_says_start_over() {
     let app = TestApp::spawn_with(db.pool.clone(), options).await;
     let (workspace, key) = app.workspace_with_key().await;
     insert_contacts(&app.pool, workspace, "contact", 3).await;
-    let cursor = next_cursor(&app.get(&key, "/v1/contacts?limit=1").await);
+    let cursor = app.get(&key, "/v1/contacts?limit=1").await.next_cursor();
     tokio::time::sleep(Duration::from_millis(2_200)).await;
 
     let reply = app.get(&key, &format!("/v1/contacts?limit=1&cursor={}", urlencode(&cursor))).await;

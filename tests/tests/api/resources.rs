@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Duration as Span, Utc};
 use lectern_api::keys::Scope;
-use lectern_tests::app::{is_request_id, urlencode};
+use lectern_tests::app::{id_strings, is_millisecond_instant, is_request_id, keys_of, urlencode};
 use lectern_tests::seed::base_time;
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
 use serde_json::{json, Value};
@@ -372,60 +372,16 @@ impl Env {
     /// Every id a traversal from `query` serves, in order, checking that every page but
     /// the last says `hasMore` with a cursor and the last does not.
     async fn traversal_ids(&self, key: &str, query: &str) -> Vec<String> {
-        let pages = self.app.traverse(key, &self.list_path(query)).await;
-        let last = pages.len() - 1;
-        for (index, page) in pages.iter().enumerate() {
-            let more = index < last;
-            assert_eq!(page["page"]["hasMore"], more, "{query}, page {index}: {page}");
-            assert_eq!(page["page"]["nextCursor"].is_string(), more, "{query}, page {index}: {page}");
-        }
-        pages
-            .iter()
-            .flat_map(|page| page["data"].as_array().unwrap_or_else(|| panic!("no data array: {page}")).iter())
-            .map(id_of)
-            .collect()
+        self.app.traversal_ids(key, &self.list_path(query)).await
     }
 
     /// Continues the traversal of `query` from `cursor` to the end; every id served.
     async fn ids_after(&self, query: &str, cursor: String) -> Vec<String> {
-        let mut listed = Vec::new();
-        let mut cursor = Some(cursor);
-        while let Some(token) = cursor {
-            let reply = self.list_after(query, &token).await;
-            reply.assert_ok();
-            listed.extend(ids(&reply));
-            cursor = reply.body["page"]["nextCursor"].as_str().map(str::to_owned);
-            assert_eq!(reply.body["page"]["hasMore"], cursor.is_some(), "{}", reply.text);
-            assert!(listed.len() < 10_000, "traversal does not end");
-        }
-        listed
+        self.app.ids_after(&self.key, &self.list_path(query), cursor).await
     }
 }
 
 // Small helpers.
-
-fn id_of(record: &Value) -> String {
-    record["id"].as_str().unwrap_or_else(|| panic!("record without an id: {record}")).to_owned()
-}
-
-fn ids(reply: &Reply) -> Vec<String> {
-    reply.data().iter().map(id_of).collect()
-}
-
-fn strings(ids: &[Uuid]) -> Vec<String> {
-    ids.iter().map(Uuid::to_string).collect()
-}
-
-fn next_cursor(reply: &Reply) -> String {
-    reply.body["page"]["nextCursor"].as_str().unwrap_or_else(|| panic!("no nextCursor: {}", reply.text)).to_owned()
-}
-
-fn keys_of(value: &Value) -> Vec<String> {
-    let mut keys: Vec<String> =
-        value.as_object().unwrap_or_else(|| panic!("not a JSON object: {value}")).keys().cloned().collect();
-    keys.sort_unstable();
-    keys
-}
 
 fn message_of(reply: &Reply) -> String {
     reply.body["error"]["message"].as_str().unwrap_or_default().to_owned()
@@ -445,16 +401,6 @@ fn assert_start_over(reply: &Reply, context: &str) {
     let detail = &reply.details()[0];
     assert!(detail.contains("start a new traversal"), "{context}: {detail:?}");
     assert!(message_of(reply).contains("start a new traversal"), "{context}: {}", reply.text);
-}
-
-/// `^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$`
-fn is_millisecond_instant(text: &str) -> bool {
-    const TEMPLATE: &[u8] = b"dddd-dd-ddTdd:dd:dd.dddZ";
-    text.len() == TEMPLATE.len()
-        && text.bytes().zip(TEMPLATE).all(|(byte, &expected)| match expected {
-            b'd' => byte.is_ascii_digit(),
-            other => byte == other,
-        })
 }
 
 /// A query with two problems, so a 400 would have something to say.
@@ -571,14 +517,14 @@ async fn lists_searches_and_traversals_never_show_another_workspaces_records(res
     let by_id = |ids: &[Uuid]| {
         let mut ids = ids.to_vec();
         ids.sort();
-        strings(&ids)
+        id_strings(&ids)
     };
 
     for (key, expected) in [(&env.key, &own), (&other_key, &theirs)] {
-        assert_eq!(env.traversal_ids(key, "?limit=4").await, strings(expected));
+        assert_eq!(env.traversal_ids(key, "?limit=4").await, id_strings(expected));
         assert_eq!(env.traversal_ids(key, "?sort=name&limit=4").await, by_id(expected));
-        assert_eq!(env.traversal_ids(key, "?search=SHARED&limit=4").await, strings(expected));
-        assert_eq!(env.traversal_ids(key, "").await, strings(expected));
+        assert_eq!(env.traversal_ids(key, "?search=SHARED&limit=4").await, id_strings(expected));
+        assert_eq!(env.traversal_ids(key, "").await, id_strings(expected));
     }
 }
 
@@ -625,12 +571,12 @@ async fn default_limit_is_50_with_has_more_when_more_exist(resource: &'static Re
     let reply = env.list("").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted[..50]));
+    assert_eq!(reply.ids(), id_strings(&inserted[..50]));
     assert_eq!(reply.body["page"]["hasMore"], true);
-    assert!(!next_cursor(&reply).is_empty());
-    let rest = env.list_after("", &next_cursor(&reply)).await;
+    assert!(!reply.next_cursor().is_empty());
+    let rest = env.list_after("", &reply.next_cursor()).await;
     rest.assert_ok();
-    assert_eq!(ids(&rest), strings(&inserted[50..]));
+    assert_eq!(rest.ids(), id_strings(&inserted[50..]));
     assert_eq!(rest.body["page"], json!({ "hasMore": false, "nextCursor": null }));
 }
 
@@ -652,7 +598,7 @@ async fn default_sort_is_created_at_ascending_with_ties_broken_by_id(resource: &
     reply.assert_ok();
     let mut expected = vec![oldest, middle, newest];
     expected.extend(tied);
-    assert_eq!(ids(&reply), strings(&expected));
+    assert_eq!(reply.ids(), id_strings(&expected));
     assert_eq!(reply.body["data"], env.list("?sort=createdAt").await.body["data"]);
 }
 
@@ -670,7 +616,7 @@ async fn sort_by_name_is_case_insensitive_first_with_ties_broken_by_id(resource:
     reply.assert_ok();
     // Byte order would give Arzt, Banana, Zulu, apple, cherry, mango, zebra, Ärger.
     assert_eq!(reply.names(), ["apple", "Ärger", "Arzt", "Banana", "cherry", "mango", "mango", "zebra", "Zulu"]);
-    assert_eq!(ids(&reply)[5..7], strings(&[first_mango, second_mango]));
+    assert_eq!(reply.ids()[5..7], id_strings(&[first_mango, second_mango]));
 }
 
 async fn each_type_lists_exactly_the_records_it_matches_and_the_default_is_all(resource: &'static Resource) {
@@ -689,11 +635,11 @@ async fn each_type_lists_exactly_the_records_it_matches_and_the_default_is_all(r
         reply.assert_ok();
         let expected: Vec<String> =
             by_kind.iter().filter(|(kind, _)| kinds.contains(kind)).map(|(_, id)| id.clone()).collect();
-        assert_eq!(ids(&reply), expected, "type={value}");
+        assert_eq!(reply.ids(), expected, "type={value}");
     }
     let default = env.list("").await;
     default.assert_ok();
-    assert_eq!(ids(&default), by_kind.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>());
+    assert_eq!(default.ids(), by_kind.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>());
 }
 
 async fn only_active_records_are_listed(resource: &'static Resource) {
@@ -734,7 +680,7 @@ async fn a_traversal_returns_every_record_once_in_both_sorts(resource: &'static 
         let by_created = env.traversal_ids(&env.key, &format!("?limit={limit}")).await;
         let by_name = env.traversal_ids(&env.key, &format!("?sort=name&limit={limit}")).await;
 
-        assert_eq!(by_created, strings(&created), "limit {limit}");
+        assert_eq!(by_created, id_strings(&created), "limit {limit}");
         assert_eq!(by_name, named.iter().map(|(_, id)| id.to_string()).collect::<Vec<_>>(), "limit {limit}");
         assert_eq!(by_name.iter().collect::<HashSet<_>>().len(), 23, "limit {limit}");
     }
@@ -753,20 +699,20 @@ async fn records_unchanged_for_a_created_at_traversal_are_returned_once_while_ot
     }
     let first = env.list("?limit=4").await;
     first.assert_ok();
-    let mut listed = ids(&first);
+    let mut listed = first.ids();
 
     // Behind the cursor: one new record, one served record removed.
     let behind = env.insert(Record::named("inserted behind").at(15)).await;
     env.insert(records[1].clone().status("deleted")).await;
     // Ahead of the cursor: one record removed before it could be served.
     let removed_ahead = env.insert(records[6].clone().status("archived")).await;
-    let second = env.list_after("?limit=4", &next_cursor(&first)).await;
+    let second = env.list_after("?limit=4", &first.next_cursor()).await;
     second.assert_ok();
-    listed.extend(ids(&second));
+    listed.extend(second.ids());
     // Ahead again: one more new record, and a removal after the second page.
     let ahead = env.insert(Record::named("inserted ahead").at(95)).await;
     let removed_later = env.insert(records[10].clone().status("deleted")).await;
-    listed.extend(env.ids_after("?limit=4", next_cursor(&second)).await);
+    listed.extend(env.ids_after("?limit=4", second.next_cursor()).await);
 
     let stable: Vec<String> = [0, 2, 3, 4, 5, 7, 8, 9, 11].iter().map(|&index| records[index].id.to_string()).collect();
     let served_stable: Vec<String> = listed.iter().filter(|id| stable.contains(id)).cloned().collect();
@@ -790,14 +736,14 @@ async fn records_unchanged_for_a_name_traversal_are_returned_once_while_others_c
     }
     let first = env.list("?sort=name&limit=3").await;
     first.assert_ok();
-    let mut listed = ids(&first);
+    let mut listed = first.ids();
 
     let behind = env.insert(Record::named("cc")).await;
     // The very record the cursor points at goes away.
     env.insert(records[2].clone().status("deleted")).await;
     let removed_ahead = env.insert(records[5].clone().status("archived")).await;
     let ahead = env.insert(Record::named("mm")).await;
-    listed.extend(env.ids_after("?sort=name&limit=3", next_cursor(&first)).await);
+    listed.extend(env.ids_after("?sort=name&limit=3", first.next_cursor()).await);
 
     let stable: Vec<String> = [0, 1, 3, 4, 6, 7].iter().map(|&index| records[index].id.to_string()).collect();
     let served_stable: Vec<String> = listed.iter().filter(|id| stable.contains(id)).cloned().collect();
@@ -823,12 +769,12 @@ async fn limit_may_change_between_pages(resource: &'static Resource) {
             };
             reply.assert_ok();
             assert!(reply.data().len() <= limit, "{query}: {}", reply.text);
-            listed.extend(ids(&reply));
+            listed.extend(reply.ids());
             cursor = reply.body["page"]["nextCursor"].as_str().map(str::to_owned);
         }
 
         // "record 0000"... sort the same by name as by creation.
-        assert_eq!(listed, strings(&inserted), "{sort}");
+        assert_eq!(listed, id_strings(&inserted), "{sort}");
         assert!(cursor.is_none(), "{sort}: the last page has no cursor");
     }
 }
@@ -845,7 +791,7 @@ async fn a_cursor_from_another_workspace_is_a_400_that_says_start_over(resource:
     let foreign = env.app.get(&other_key, &env.list_path("?limit=1")).await;
     foreign.assert_ok();
 
-    let reply = env.list_after("?limit=1", &next_cursor(&foreign)).await;
+    let reply = env.list_after("?limit=1", &foreign.next_cursor()).await;
 
     assert_start_over(&reply, "a foreign workspace's cursor");
 }
@@ -865,8 +811,8 @@ async fn replayed_cursor(resource: &'static Resource, issued_with: &str, used_wi
     first.assert_ok();
     assert_eq!(first.body["page"]["hasMore"], true, "{issued_with}: {}", first.text);
     // The same cursor is good with the query that issued it.
-    env.list_after(&format!("?limit=1{issued_with}"), &next_cursor(&first)).await.assert_ok();
-    env.list_after(&format!("?limit=1{used_with}"), &next_cursor(&first)).await
+    env.list_after(&format!("?limit=1{issued_with}"), &first.next_cursor()).await.assert_ok();
+    env.list_after(&format!("?limit=1{used_with}"), &first.next_cursor()).await
 }
 
 async fn a_cursor_used_with_a_different_search_is_a_400_that_says_start_over(resource: &'static Resource) {
@@ -906,7 +852,7 @@ async fn a_cursor_used_with_a_different_sort_is_a_400_that_says_start_over(resou
 async fn a_tampered_or_made_up_cursor_is_a_400_that_says_start_over(resource: &'static Resource) {
     let env = Env::start(resource).await;
     env.insert_many("record", 3).await;
-    let cursor = next_cursor(&env.list("?limit=1").await);
+    let cursor = env.list("?limit=1").await.next_cursor();
     let mut tampered = Vec::new();
     for position in [0, cursor.len() / 2, cursor.len() - 1] {
         let mut chars: Vec<char> = cursor.chars().collect();
@@ -933,7 +879,7 @@ async fn a_cursor_of_the_other_resource_is_a_400_that_says_start_over(resource: 
     }
     let other_page = env.app.get(&both_scopes, &format!("{}?limit=1", other.path)).await;
     other_page.assert_ok();
-    let cursor = urlencode(&next_cursor(&other_page));
+    let cursor = urlencode(&other_page.next_cursor());
     // Good where it was issued.
     env.app.get(&both_scopes, &format!("{}?limit=1&cursor={cursor}", other.path)).await.assert_ok();
 
@@ -963,12 +909,12 @@ async fn search_matches_each_searchable_field_ignoring_case(resource: &'static R
             let reply = env.list(&format!("?search={}", urlencode(&text))).await;
 
             reply.assert_ok();
-            assert_eq!(ids(&reply), std::slice::from_ref(id), "{field}: search {text:?}");
+            assert_eq!(reply.ids(), std::slice::from_ref(id), "{field}: search {text:?}");
         }
     }
     let every = env.list("?search=eEdLe-").await;
     every.assert_ok();
-    assert_eq!(ids(&every), found_by.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>());
+    assert_eq!(every.ids(), found_by.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>());
 }
 
 async fn search_does_not_look_in_the_unsearchable_field(resource: &'static Resource) {
@@ -979,7 +925,7 @@ async fn search_does_not_look_in_the_unsearchable_field(resource: &'static Resou
     let reply = env.list("?search=zauberberg").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), [named.to_string()], "{} must not be searched", resource.unsearchable);
+    assert_eq!(reply.ids(), [named.to_string()], "{} must not be searched", resource.unsearchable);
 }
 
 async fn percent_underscore_and_backslash_in_search_are_literal_in_every_searchable_field(resource: &'static Resource) {
@@ -1013,7 +959,7 @@ async fn percent_underscore_and_backslash_in_search_are_literal_in_every_searcha
             let reply = env.app.get(&key, &env.list_path(&format!("?search={}", urlencode(text)))).await;
 
             reply.assert_ok();
-            assert_eq!(ids(&reply), expected, "{field}: search {text:?}");
+            assert_eq!(reply.ids(), expected, "{field}: search {text:?}");
         }
     }
 }
@@ -1030,7 +976,7 @@ async fn a_search_over_120_characters_is_a_400_naming_search(resource: &'static 
     }
     let at_the_limit = env.list(&format!("?search={}", urlencode(&"ä".repeat(120)))).await;
     at_the_limit.assert_ok();
-    assert_eq!(ids(&at_the_limit), [long.to_string()]);
+    assert_eq!(at_the_limit.ids(), [long.to_string()]);
 }
 
 async fn an_empty_search_is_no_filter(resource: &'static Resource) {
@@ -1040,7 +986,7 @@ async fn an_empty_search_is_no_filter(resource: &'static Resource) {
     let reply = env.list("?search=").await;
 
     reply.assert_ok();
-    assert_eq!(ids(&reply), strings(&inserted));
+    assert_eq!(reply.ids(), id_strings(&inserted));
     assert_eq!(reply.body["data"], env.list("").await.body["data"]);
 }
 
@@ -1233,7 +1179,7 @@ async fn list_body_page_and_record_have_exactly_the_contract_keys(resource: &'st
         assert_eq!(keys_of(&reply.body["page"]), ["hasMore", "nextCursor"], "{}", reply.text);
     }
     assert_eq!(more.body["page"]["hasMore"], true);
-    assert!(!next_cursor(&more).is_empty());
+    assert!(!more.next_cursor().is_empty());
     assert_eq!(last.body["page"], json!({ "hasMore": false, "nextCursor": null }));
     assert_eq!(last.data().len(), 2);
     for id in [bare, full] {

@@ -28,10 +28,6 @@ fn field(reply: &Reply, pointer: &str) -> String {
         .to_owned()
 }
 
-fn ids(reply: &Reply) -> Vec<String> {
-    reply.data().iter().map(|entry| entry["id"].as_str().expect("an id").to_owned()).collect()
-}
-
 /// A 400 naming `parameter`, whose detail says the value may be signed with a retired secret.
 fn assert_refused_as_retired(reply: &Reply, parameter: &str) {
     reply.assert_error(400, "VALIDATION_ERROR");
@@ -59,11 +55,11 @@ async fn cursors_and_tokens_of_a_listed_previous_secret_keep_working_and_new_one
     let during = signed_with(&db, AFTER, &[BEFORE]).await;
     let second_page = during.get(&key, &format!("/v1/contacts?limit=2&cursor={}", urlencode(&old_cursor))).await;
     second_page.assert_ok();
-    assert_eq!(ids(&second_page), ids(&listing)[2..4], "the old cursor's page is not the listing's next");
+    assert_eq!(second_page.ids(), listing.ids()[2..4], "the old cursor's page is not the listing's next");
     let second_changes =
         during.get(&key, &format!("/v1/contacts/changes?limit=2&since={}", urlencode(&old_token))).await;
     second_changes.assert_ok();
-    assert_eq!(ids(&second_changes), ids(&feed)[2..4], "the old token's page is not the feed's next");
+    assert_eq!(second_changes.ids(), feed.ids()[2..4], "the old token's page is not the feed's next");
     let (new_cursor, new_token) = (field(&second_page, "/page/nextCursor"), field(&second_changes, "/syncToken"));
 
     // New ones are signed with the current secret: they open where only it is known,

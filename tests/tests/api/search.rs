@@ -3,9 +3,8 @@
 
 use std::collections::HashSet;
 
-use lectern_tests::app::urlencode;
+use lectern_tests::app::{id_of, urlencode};
 use lectern_tests::{ContactSeed, Reply, TestApp, TestDatabase};
-use serde_json::Value;
 use uuid::Uuid;
 
 /// A running app, a workspace's key, and `seeds` inserted one second apart.
@@ -29,15 +28,6 @@ async fn search(app: &TestApp, key: &str, text: &str) -> Reply {
 /// The names a search finds, in order.
 async fn found(app: &TestApp, key: &str, text: &str) -> Vec<String> {
     search(app, key, text).await.names()
-}
-
-/// A record's id.
-fn id_of(record: &Value) -> String {
-    record["id"].as_str().unwrap_or_else(|| panic!("record without an id: {record}")).to_owned()
-}
-
-fn ids(reply: &Reply) -> Vec<String> {
-    reply.data().iter().map(id_of).collect()
 }
 
 /// A 400 VALIDATION_ERROR whose details name `search`.
@@ -320,7 +310,7 @@ async fn a_search_traversal_by_name_returns_every_match_once_in_order() {
 
     let listed = traversal_ids(&app, &key, "/v1/contacts?search=acme&sort=name&limit=3").await;
 
-    let in_name_order = ids(&app.get(&key, "/v1/contacts?search=acme&sort=name&limit=100").await);
+    let in_name_order = app.get(&key, "/v1/contacts?search=acme&sort=name&limit=100").await.ids();
     assert_eq!(listed, in_name_order);
     assert_eq!(listed.iter().collect::<HashSet<_>>().len(), NAMES.len());
 }
