@@ -6,13 +6,34 @@ use std::time::Duration;
 
 use lectern_tests::seed::ContactSeed;
 use lectern_tests::webhooks::{verified_by_standardwebhooks, verify_with_standardwebhooks, Answer, Receiver};
-use lectern_tests::TestDatabase;
+use lectern_tests::{TestApp, TestDatabase};
 use uuid::Uuid;
 
-use crate::endpoints::{deliveries, entry, list, listed, register, wait_for_log, webhooks};
+use crate::endpoints::{deliveries, entry, list, listed, register, wait_for_log, webhooks, Endpoint};
 use crate::senders::{app, serve, settings};
 
 const WITHIN: Duration = Duration::from_secs(15);
+
+/// What most command tests act on: a database, the app delivering with quick retries, and
+/// an endpoint for a fresh workspace's contacts at a fresh receiver.
+struct Delivering {
+    db: TestDatabase,
+    _app: TestApp,
+    workspace: Uuid,
+    receiver: Receiver,
+    endpoint: Endpoint,
+}
+
+impl Delivering {
+    async fn start() -> Self {
+        let db = TestDatabase::create().await;
+        let _app = app(&db, settings(Duration::from_millis(100), Duration::from_secs(2))).await;
+        let workspace = Uuid::new_v4();
+        let receiver = Receiver::start().await;
+        let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
+        Self { db, _app, workspace, receiver, endpoint }
+    }
+}
 /// Far longer than a delivery takes to follow a change (tens of milliseconds), for
 /// checking that none follows.
 const NONE_FOLLOWS: Duration = Duration::from_secs(1);
@@ -38,11 +59,7 @@ fn signatures(delivery: &lectern_tests::webhooks::Delivery) -> usize {
 /// with `--overlap-hours 0` the old secret stops signing at once.
 #[tokio::test]
 async fn rotate_secret_signs_with_old_and_new_during_the_overlap_and_with_the_new_only_after() {
-    let db = TestDatabase::create().await;
-    let _app = app(&db, settings(Duration::from_millis(100), Duration::from_secs(2))).await;
-    let workspace = Uuid::new_v4();
-    let receiver = Receiver::start().await;
-    let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
+    let Delivering { db, _app, workspace, receiver, endpoint } = Delivering::start().await;
     let id = endpoint.id.to_string();
     ContactSeed::named("Before Rotation Ltd").insert(&db.pool, workspace).await;
     let before = receiver.wait_for(WITHIN, "a delivery", |d| d.len() == 1).await;
@@ -82,11 +99,7 @@ async fn rotate_secret_signs_with_old_and_new_during_the_overlap_and_with_the_ne
 /// why in `list`; after `enable`, the changes made meanwhile are announced.
 #[tokio::test]
 async fn disable_stops_deliveries_and_retries_and_enable_announces_the_changes_made_meanwhile() {
-    let db = TestDatabase::create().await;
-    let _app = app(&db, settings(Duration::from_millis(100), Duration::from_secs(2))).await;
-    let workspace = Uuid::new_v4();
-    let receiver = Receiver::start().await;
-    let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
+    let Delivering { db, _app, workspace, receiver, endpoint } = Delivering::start().await;
     let id = endpoint.id.to_string();
     ContactSeed::named("Delivered Ltd").insert(&db.pool, workspace).await;
     receiver.wait_for(WITHIN, "a delivery", |d| d.len() == 1).await;
@@ -134,11 +147,7 @@ async fn disable_stops_deliveries_and_retries_and_enable_announces_the_changes_m
 /// it afterwards.
 #[tokio::test]
 async fn delete_removes_the_endpoint_and_its_delivery_log_and_deliveries_stop() {
-    let db = TestDatabase::create().await;
-    let _app = app(&db, settings(Duration::from_millis(100), Duration::from_secs(2))).await;
-    let workspace = Uuid::new_v4();
-    let receiver = Receiver::start().await;
-    let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
+    let Delivering { db, _app, workspace, receiver, endpoint } = Delivering::start().await;
     let id = endpoint.id.to_string();
     ContactSeed::named("Logged Ltd").insert(&db.pool, workspace).await;
     receiver.wait_for(WITHIN, "a delivery", |d| d.len() == 1).await;
@@ -172,11 +181,7 @@ async fn delete_removes_the_endpoint_and_its_delivery_log_and_deliveries_stop() 
 /// with a message saying so.
 #[tokio::test]
 async fn redeliver_sends_a_delivery_again_with_its_webhook_id_and_refuses_unknown_or_superseded_ones() {
-    let db = TestDatabase::create().await;
-    let _app = app(&db, settings(Duration::from_millis(100), Duration::from_secs(2))).await;
-    let workspace = Uuid::new_v4();
-    let receiver = Receiver::start().await;
-    let endpoint = register(&db.url, workspace, &receiver.url, &["contacts"]).await;
+    let Delivering { db, _app, workspace, receiver, endpoint } = Delivering::start().await;
     ContactSeed::named("Redelivered Ltd").insert(&db.pool, workspace).await;
     let first = receiver.wait_for(WITHIN, "a delivery", |d| d.len() == 1).await;
     let id = first[0].id().to_owned();
