@@ -58,6 +58,23 @@ pub async fn wait_until_announced(
     }
 }
 
+/// Fails, naming `what`, unless `endpoint` has announced every change of `resource` in
+/// `workspace` committed so far: its mark in `webhook_announced` is at the feed's newest
+/// position or past it.
+pub async fn assert_announced_everything(pool: &PgPool, endpoint: Uuid, resource: &str, workspace: Uuid, what: &str) {
+    let (head, through): (i64, i64) = sqlx::query_as(&format!(
+        "select (select max(change_xid) from {resource} where workspace_id = $1), \
+                (select through from webhook_announced where endpoint_id = $2 and resource = $3)"
+    ))
+    .bind(workspace)
+    .bind(endpoint)
+    .bind(resource)
+    .fetch_one(pool)
+    .await
+    .expect("read what was announced");
+    assert!(through >= head, "{what} was not announced: through {through} < {head}");
+}
+
 /// Deliveries whose body names `workspace` and `resource`.
 pub fn of(deliveries: &[Delivery], workspace: Uuid, resource: &str) -> Vec<Delivery> {
     deliveries

@@ -9,6 +9,7 @@ use lectern_tests::webhooks::{verified_by_standardwebhooks, verify_with_standard
 use lectern_tests::{TestApp, TestDatabase};
 use uuid::Uuid;
 
+use crate::announced::assert_announced_everything;
 use crate::endpoints::{deliveries, entry, list, listed, register, wait_for_log, webhooks, Endpoint};
 use crate::senders::{app, serve, settings};
 
@@ -129,16 +130,7 @@ async fn disable_stops_deliveries_and_retries_and_enable_announces_the_changes_m
         log.iter().all(|entry| entry["state"] == "delivered")
     })
     .await;
-    let (head, through): (i64, i64) = sqlx::query_as(
-        "select (select max(change_xid) from contacts where workspace_id = $1), \
-                (select through from webhook_announced where endpoint_id = $2 and resource = 'contacts')",
-    )
-    .bind(workspace)
-    .bind(endpoint.id)
-    .fetch_one(&db.pool)
-    .await
-    .expect("read what was announced");
-    assert!(through >= head, "the change made while disabled was not announced: through {through} < {head}");
+    assert_announced_everything(&db.pool, endpoint.id, "contacts", workspace, "the change made while disabled").await;
     assert_eq!(listed(&db.url, endpoint.id).await["enabled"], true);
     verify_with_standardwebhooks(&receiver.deliveries(), &[&endpoint.secret]).await;
 }

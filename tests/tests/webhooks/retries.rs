@@ -11,6 +11,7 @@ use lectern_tests::webhooks::{verify_with_standardwebhooks, Answer, Receiver};
 use lectern_tests::TestDatabase;
 use uuid::Uuid;
 
+use crate::announced::assert_announced_everything;
 use crate::clock::{gaps, timestamp, wall_clock};
 use crate::endpoints::{entry, listed, register, wait_for_log, webhooks};
 use crate::senders::{app, serve, settings};
@@ -255,16 +256,7 @@ async fn deliveries_failing_for_retry_for_disable_the_endpoint_visibly_until_ena
     })
     .await;
     assert_eq!(entry(&log, &failed)["state"], "failed", "{log:#?}");
-    let (head, through): (i64, i64) = sqlx::query_as(
-        "select (select max(change_xid) from contacts where workspace_id = $1), \
-                (select through from webhook_announced where endpoint_id = $2 and resource = 'contacts')",
-    )
-    .bind(workspace)
-    .bind(endpoint.id)
-    .fetch_one(&db.pool)
-    .await
-    .expect("read what was announced");
-    assert!(through >= head, "the change made while disabled was not announced: through {through} < {head}");
+    assert_announced_everything(&db.pool, endpoint.id, "contacts", workspace, "the change made while disabled").await;
     assert_eq!(listed(&db.url, endpoint.id).await["enabled"], true);
     assert_eq!(poll_metric(&serve, gauge, 0.0).await, 0.0, "enabled again, the endpoint is no longer counted");
     let ready = serve.get_operations("/readyz").await;
