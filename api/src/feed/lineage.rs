@@ -19,10 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::PgPool;
 
-use crate::reads::history::HistoryId;
-
-/// The statement that lists the database's histories, with the history it is in now.
-const HISTORIES_SQL: &str = "select array_agg(history_id), read_model_server_history() from read_model_histories";
+use crate::reads::history::{self, HistoryId};
 
 /// The histories of the database, as read in one of them. A history's ancestors never
 /// change, so what was read in one stays true of it.
@@ -49,11 +46,11 @@ impl Lineage {
                 return Ok(Some(histories.contains(&token)));
             }
         }
-        let (histories, here): (Option<Vec<i64>>, Option<i64>) = sqlx::query_as(HISTORIES_SQL).fetch_one(pool).await?;
+        let (histories, here) = history::registered(pool).await?;
         if here != Some(current) {
             return Ok(None);
         }
-        let histories = Arc::new(histories.unwrap_or_default());
+        let histories = Arc::new(histories);
         let descends = histories.contains(&token);
         *self.lock() = Some((current, histories));
         Ok(Some(descends))

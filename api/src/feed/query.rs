@@ -13,6 +13,24 @@ use crate::reads::replicas::{Reads, WalPosition, READ_POSITION};
 use crate::resources::Resource;
 use lectern_read_model::CHANGE_TRANSACTION;
 
+/// The newest transaction that wrote a row of `table` in `workspace_id` below `bound` (0
+/// when none): how far the workspace's feed of that table reads, for a webhook endpoint
+/// deciding what to announce.
+pub async fn newest_below(
+    pool: &sqlx::PgPool,
+    table: &'static str,
+    workspace_id: Uuid,
+    bound: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(&format!(
+        "select coalesce(max({CHANGE_TRANSACTION}), 0) from {table} where workspace_id = $1 and {CHANGE_TRANSACTION} < $2"
+    ))
+    .bind(workspace_id)
+    .bind(bound)
+    .fetch_one(pool)
+    .await
+}
+
 /// One row of a feed page: where it stands, whether it is served, and the row itself,
 /// which [`Resource::record`] reads when it is active.
 pub struct ChangedRow {

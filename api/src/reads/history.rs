@@ -28,6 +28,16 @@ const UNDEFINED_FUNCTION: &str = "42883";
 /// A registered history's id (never 0).
 pub type HistoryId = i64;
 
+/// Every history registered in the database behind `pool` (its own and those it was
+/// forked from), with the history it is in now (`None` on a standby).
+pub async fn registered(pool: &sqlx::PgPool) -> Result<(Vec<HistoryId>, Option<HistoryId>), sqlx::Error> {
+    let (histories, here): (Option<Vec<HistoryId>>, Option<HistoryId>) =
+        sqlx::query_as("select array_agg(history_id), read_model_server_history() from read_model_histories")
+            .fetch_one(pool)
+            .await?;
+    Ok((histories.unwrap_or_default(), here))
+}
+
 /// What the process last saw, from which connection or sample.
 #[derive(Default)]
 pub struct ServerHistory {

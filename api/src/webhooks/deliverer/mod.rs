@@ -35,11 +35,11 @@ use super::secret::{SealError, SigningSecret};
 use super::store::{self, ClaimedEndpoint, FailingEndpoint, HeldEndpoint};
 use super::{Resource, WebhookSettings};
 use crate::feed::bound::FeedBound;
+use crate::feed::query;
 use crate::keys::Peppers;
 use crate::metric_names::WEBHOOK_ENDPOINTS_FAILING;
 use crate::reads::change::{Change, Channel, Follower};
 use crate::reads::freshness::Trust;
-use lectern_read_model::CHANGE_TRANSACTION;
 
 mod outcome;
 
@@ -283,15 +283,7 @@ impl Deliverer {
         let bound = self.bound.sampled_since(&self.pool, Instant::now()).await?;
         let mut behind_notified = false;
         for resource in endpoint.resources.iter().filter_map(|name| Resource::named(name)) {
-            let head: i64 = sqlx::query_scalar(&format!(
-                "select coalesce(max({CHANGE_TRANSACTION}), 0) from {table} \
-                 where workspace_id = $1 and {CHANGE_TRANSACTION} < $2",
-                table = resource.as_str()
-            ))
-            .bind(workspace_id)
-            .bind(bound.position)
-            .fetch_one(&self.pool)
-            .await?;
+            let head = query::newest_below(&self.pool, resource.as_str(), workspace_id, bound.position).await?;
             behind_notified |= notified[resource as usize] > head;
             store::raise_pending_delivery(&self.pool, endpoint_id, resource, head).await?;
         }
