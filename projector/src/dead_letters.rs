@@ -1,5 +1,6 @@
-//! Dead letters: storing the messages that break the contract, whatever bytes they hold
-//! (listing and retrying them is an operator's tool: `repair::dead_letters`).
+//! Dead letters: storing the messages that break the contract, whatever bytes they hold,
+//! and counting them, for the running projector's metrics and `status` (listing and
+//! retrying them is an operator's tool: `repair::dead_letters`).
 //!
 //! A dead letter must be stored, or its message would be retried for ever and every
 //! message pulled with it would wait too. The payload is `bytea` and takes anything,
@@ -14,10 +15,15 @@
 
 use std::borrow::Cow;
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use crate::error::is_transient_database_error;
 use crate::message::{Received, Refused};
+
+/// How many dead letters are stored.
+pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await
+}
 
 /// Stores `refused` in one statement, inside the caller's transaction.
 pub async fn store(connection: &mut PgConnection, refused: &[Refused<'_>]) -> Result<(), sqlx::Error> {

@@ -87,7 +87,7 @@ pub fn servers(urls: &str) -> Result<Vec<ServerAddr>, ProjectorError> {
 /// to the other servers of their cluster, for as long as the process lives; the
 /// connection's losses and returns are logged and shown by a gauge.
 pub async fn connect(urls: &str) -> Result<async_nats::Client, ProjectorError> {
-    let options = crate::daemon::connections::watch_nats(async_nats::ConnectOptions::new());
+    let options = crate::connections::watch_nats(async_nats::ConnectOptions::new());
     connect_with(urls, options.retry_on_initial_connect()).await
 }
 

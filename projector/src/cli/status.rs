@@ -8,11 +8,12 @@ use async_nats::jetstream;
 
 use super::{connect, write_stdout, DatabaseArgs, NatsArgs, Output, StatusArgs};
 use crate::daemon::{ledger, stuck};
-use crate::dead_letters::printable;
+use crate::dead_letters::{self, printable};
 use crate::error::ProjectorError;
 use crate::lost_events;
-use crate::repair::{dead_letters, rebuild, verify};
+use crate::repair::{rebuild, verify};
 use crate::stream::{self, ensure_consumer, ensure_stream, StreamId};
+use crate::verifications::{self, LastVerification};
 
 /// What NATS says: the stream, the consumer, the stuck batches reported.
 struct FromNats {
@@ -29,7 +30,7 @@ struct FromDatabase {
     dead_letters: i64,
     /// Lost events no operator has accepted yet.
     lost_events: u64,
-    last_verify: Option<verify::report::LastVerification>,
+    last_verify: Option<LastVerification>,
     rebuild: Option<rebuild::shadow::UnderWay>,
 }
 
@@ -88,7 +89,7 @@ async fn from_database(args: &DatabaseArgs) -> Result<FromDatabase, ProjectorErr
         pool: pool.clone(),
         dead_letters: dead_letters::count(&pool).await?,
         lost_events: lost_events::unaccepted(&pool).await?,
-        last_verify: verify::report::last(&pool).await?,
+        last_verify: verifications::last(&pool).await?,
         rebuild: rebuild::shadow::under_way(&pool).await?,
     })
 }
@@ -156,7 +157,10 @@ fn text(
     }
     if let Some(database) = database {
         text.push_str(
-            &database.last_verify.as_ref().map_or_else(|| "no verify recorded".to_owned(), |last| last.describe()),
+            &database
+                .last_verify
+                .as_ref()
+                .map_or_else(|| "no verify recorded".to_owned(), verify::report::describe_last),
         );
         text.push('\n');
         text.extend(database.rebuild.as_ref().map(|under_way| format!("{}\n", under_way.describe())));

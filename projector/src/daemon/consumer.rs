@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, CommitMode, Received};
-use crate::daemon::connections;
+use crate::connections;
 use crate::daemon::durable_acks::DurableAcks;
 use crate::daemon::in_hand::InHand;
 use crate::daemon::ledger;

@@ -33,10 +33,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apply::{apply_batch, CommitMode, Received};
 use crate::error::ProjectorError;
+use crate::history::{self, read_through, subjects};
 use crate::lost_events::{self, Why};
 use crate::message::as_sequence;
 pub use crate::message::Span;
-use crate::repair::history::{read_through, subjects};
 use crate::stream::StreamId;
 
 /// How often the ledger is compared with the acknowledgements.
@@ -353,7 +353,7 @@ async fn apply_again(
             },
             Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
         }
-        if batch.len() == crate::repair::history::BATCH {
+        if batch.len() == history::BATCH {
             applied += apply(pool, stream_id, &std::mem::take(&mut batch)).await?;
         }
     }

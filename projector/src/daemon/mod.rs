@@ -1,5 +1,7 @@
 //! `lectern-projector run`: the always-running loop and what runs beside it. Everything an
-//! operator's one-off command needs lives in [`crate::repair`] instead.
+//! operator's one-off command needs lives in [`crate::repair`] instead; what both need
+//! (reading the stream's history back, the tables they both read) lives below both, and
+//! neither imports the other.
 //!
 //! # Layout
 //! - [`consumer`]: the run loop: pull, apply, acknowledge; retries; graceful shutdown.
@@ -11,10 +13,8 @@
 //! - [`pending_lists`]: merging the search indexes' pending lists beside the commits.
 //! - [`workspace_indexes`]: a search index of its own for each large workspace.
 //! - [`staleness`]: how far the read model is behind the stream, even while NATS is away.
-//! - [`connections`]: NATS and PostgreSQL lost and back, in the log and a gauge.
 //! - [`operations`]: readiness, and the operations listener's wiring.
 
-pub mod connections;
 pub mod consumer;
 pub mod durable_acks;
 pub mod in_hand;

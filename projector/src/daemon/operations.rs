@@ -10,8 +10,9 @@ use lectern_runtime::server::{BeforeScrape, Degraded, Problems, ReadinessCheck};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::daemon::{connections, staleness, stuck};
-use crate::lost_events;
+use crate::connections;
+use crate::daemon::{staleness, stuck};
+use crate::{dead_letters, lost_events, verifications};
 
 /// Ready when the NATS connection is up, PostgreSQL answers a statement and no batch is
 /// stuck: a stuck batch's events are not becoming visible, whatever the connections say.
@@ -99,7 +100,7 @@ const FROM_THE_DATABASE_EVERY: std::time::Duration = std::time::Duration::from_s
 /// or another projector does not change what they say.
 pub async fn export_from_the_database(pool: PgPool, shutdown: CancellationToken) {
     loop {
-        match crate::repair::verify::report::last(&pool).await {
+        match verifications::last(&pool).await {
             Ok(Some(last)) => crate::metrics::record_last_verification(
                 last.finished_at.timestamp_millis() as f64 / 1000.0,
                 last.drifted,
@@ -109,7 +110,7 @@ pub async fn export_from_the_database(pool: PgPool, shutdown: CancellationToken)
             Ok(None) => {}
             Err(error) => tracing::debug!(%error, "reading the last verify for the metrics"),
         }
-        match crate::repair::dead_letters::count(&pool).await {
+        match dead_letters::count(&pool).await {
             Ok(stored) => crate::metrics::record_dead_letters(stored),
             Err(error) => tracing::debug!(%error, "counting the dead letters for the metrics"),
         }

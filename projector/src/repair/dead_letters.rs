@@ -60,10 +60,6 @@ pub async fn list(pool: &PgPool) -> Result<Vec<DeadLetter>, sqlx::Error> {
         .collect())
 }
 
-pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await
-}
-
 /// What `retry` did with each dead letter.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct RetryOutcome {
@@ -106,7 +102,8 @@ pub async fn retry(pool: &PgPool, only: Option<i64>) -> Result<RetryOutcome, sql
     Ok(outcome)
 }
 
-/// Stores a dead letter's new reason, as [`store_one_by_one`] would: NUL escaped, or all
+/// Stores a dead letter's new reason, as
+/// [`store_one_by_one`](crate::dead_letters::store_one_by_one) would: NUL escaped, or all
 /// in printable ASCII if the database refuses it so.
 async fn set_reason(pool: &PgPool, id: i64, reason: &str) -> Result<(), sqlx::Error> {
     const UPDATE: &str = "update dead_letters set reason = $2 where id = $1";

@@ -2,7 +2,7 @@
 //! the live one, then folded into it.
 //!
 //! 1. One rebuild at a time: a session advisory lock, held to the end.
-//! 2. The stream must hold its whole history ([`crate::repair::history::whole_history`]).
+//! 2. The stream must hold its whole history ([`crate::history::whole_history`]).
 //! 3. The shadow tables ([`shadow`]) are filled from the stream's first event while the
 //!    API serves the live tables and the projectors keep writing them; each batch moves
 //!    the recorded position in the same transaction, so a rebuild killed at any point
@@ -32,8 +32,9 @@ use serde::Serialize;
 use sqlx::{Connection, PgConnection};
 
 use crate::error::ProjectorError;
-use crate::repair::history::{dead_letter_sequences, read_through, subjects, whole_history, Reading};
+use crate::history::{read_through, subjects, whole_history, Reading};
 use crate::repair::progress::Progress;
+use crate::repair::set_aside::dead_letter_sequences;
 use crate::stream::STREAM;
 use shadow::Start;
 use swap::Folded;

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::apply::{write_events_into, Received, Tables};
 use crate::error::{is_transient_database_error, ProjectorError};
-use crate::repair::history::applied_events;
+use crate::repair::set_aside::applied_events;
 
 /// The shadow tables, one per live table.
 pub const TABLES: Tables<'static> = Tables { contacts: "rebuild_contacts", items: "rebuild_items" };

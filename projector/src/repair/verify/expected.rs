@@ -9,7 +9,7 @@ use sqlx::{Connection, PgConnection};
 
 use crate::apply::{write_events_into, Received, Tables};
 use crate::error::{is_transient_database_error, ProjectorError};
-use crate::repair::history::{applied_events, dead_letter_sequences};
+use crate::repair::set_aside::{applied_events, dead_letter_sequences};
 
 /// The temporary tables, one per live table.
 pub const TABLES: Tables<'static> = Tables { contacts: "verify_contacts", items: "verify_items" };

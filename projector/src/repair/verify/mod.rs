@@ -25,7 +25,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::error::ProjectorError;
-use crate::repair::history::{read_through, subjects, whole_history, MissingHistory};
+use crate::history::{read_through, subjects, whole_history, MissingHistory};
 use crate::repair::progress::Progress;
 use crate::stream::{CONSUMER, STREAM};
 use compare::{Counts, Drift, WrittenSince};

@@ -1,14 +1,14 @@
-//! A verdict as people and machines read it, and as it is remembered.
+//! A verdict as people and machines read it, as it is remembered, and the last one
+//! remembered in words.
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Utc};
-use sqlx::{Connection, PgConnection, PgPool};
-use uuid::Uuid;
+use sqlx::{Connection, PgConnection};
 
 use super::{Outcome, Verdict};
 use crate::dead_letters::printable;
 use crate::error::ProjectorError;
+use crate::verifications::LastVerification;
 
 /// Most workspaces listed by name in the text output (all are in the JSON).
 const WORKSPACES_LISTED: usize = 20;
@@ -102,63 +102,32 @@ pub async fn record(database_url: &str, verdict: &Verdict) -> Result<(), Project
     Ok(())
 }
 
-/// The last verify recorded.
-#[derive(Clone, Debug, serde::Serialize, sqlx::FromRow)]
-#[serde(rename_all = "camelCase")]
-pub struct LastVerification {
-    pub finished_at: DateTime<Utc>,
-    pub workspace_id: Option<Uuid>,
-    pub through_sequence: i64,
-    pub outcome: String,
-    pub records: i64,
-    pub drifted: i64,
-    pub reason: Option<String>,
-    /// Whether it ran in the history the database is in now: false after a restore or a
-    /// failover since, when its result says nothing about the rows the database holds now.
-    pub in_this_history: bool,
-}
-
-impl LastVerification {
-    /// The line `status` prints.
-    pub fn describe(&self) -> String {
-        let outcome = self.describe_outcome();
-        if self.in_this_history {
-            outcome
-        } else {
-            format!(
-                "{outcome}\n  it ran before this database was restored or failed over, and says nothing about the \
-                 read model now: run `lectern-projector verify`"
-            )
-        }
-    }
-
-    fn describe_outcome(&self) -> String {
-        let scope = self.workspace_id.map_or_else(|| "every workspace".to_owned(), |id| format!("workspace {id}"));
-        match self.reason.as_deref() {
-            Some(reason) if self.outcome == Outcome::Undecided.as_str() => {
-                format!("last verify {} ({scope}): cannot tell: {}", self.finished_at.to_rfc3339(), printable(reason))
-            }
-            _ => format!(
-                "last verify {} ({scope}, through sequence {}): {}, {} of {} record(s) drifted",
-                self.finished_at.to_rfc3339(),
-                self.through_sequence,
-                self.outcome,
-                self.drifted,
-                self.records
-            ),
-        }
+/// The line `status` prints for the last verify recorded.
+pub fn describe_last(last: &LastVerification) -> String {
+    let outcome = describe_last_outcome(last);
+    if last.in_this_history {
+        outcome
+    } else {
+        format!(
+            "{outcome}\n  it ran before this database was restored or failed over, and says nothing about the \
+             read model now: run `lectern-projector verify`"
+        )
     }
 }
 
-/// The last verify recorded, if any.
-pub async fn last(pool: &PgPool) -> Result<Option<LastVerification>, sqlx::Error> {
-    sqlx::query_as(
-        "select finished_at, workspace_id, through_sequence, outcome, records, drifted, reason, \
-                case when history_id is not null then history_id is not distinct from read_model_server_history() \
-                     else coalesce(system_identifier = (pg_control_system()).system_identifier \
-                                   and timeline = read_model_timeline(), true) end as in_this_history \
-         from read_model_verifications order by id desc limit 1",
-    )
-    .fetch_optional(pool)
-    .await
+fn describe_last_outcome(last: &LastVerification) -> String {
+    let scope = last.workspace_id.map_or_else(|| "every workspace".to_owned(), |id| format!("workspace {id}"));
+    match last.reason.as_deref() {
+        Some(reason) if last.outcome == Outcome::Undecided.as_str() => {
+            format!("last verify {} ({scope}): cannot tell: {}", last.finished_at.to_rfc3339(), printable(reason))
+        }
+        _ => format!(
+            "last verify {} ({scope}, through sequence {}): {}, {} of {} record(s) drifted",
+            last.finished_at.to_rfc3339(),
+            last.through_sequence,
+            last.outcome,
+            last.drifted,
+            last.records
+        ),
+    }
 }

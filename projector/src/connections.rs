@@ -1,6 +1,9 @@
 //! The projector's two connections as operators see them: one log line when NATS or
 //! PostgreSQL is lost and one when it is back (not one per retry), and the NATS
 //! connection as a gauge (`lectern_projector_nats_connected`).
+//!
+//! The NATS half is wired into every connection [`crate::stream::connect`] makes; the
+//! PostgreSQL half is told of each attempt by the running projector ([`crate::daemon`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

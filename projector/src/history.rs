@@ -1,18 +1,19 @@
-//! The `CHANGES` stream read from its first event, for the commands that compare the
-//! read model with it (`verify`) or build a new one from it (`rebuild`).
+//! The `CHANGES` stream's history read back, apart from the durable consumer: whether the
+//! stream still holds every event published to it ([`whole_history`]), and its events
+//! between two sequences, in order ([`read_through`]).
 //!
-//! Both need the whole history: a record's state is its highest-version event, and an
-//! event the stream no longer holds may be that one. So before reading, the stream's
-//! state is checked for events it dropped (limits, purges, deletes).
+//! Both sides read it. The running projector's ledger ([`crate::daemon::ledger`]) reads
+//! back the events the database lost, to apply them again. The operator's `verify` and
+//! `rebuild` ([`crate::repair`]) read it from the first event, and need all of it: a
+//! record's state is its highest-version event, and an event the stream no longer holds
+//! may be that one. So before they read, the stream's state is checked for events it
+//! dropped (limits, purges, deletes).
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use futures_util::StreamExt;
-use lectern_schema::events::ChangeEvent;
-use sqlx::PgConnection;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -164,26 +165,4 @@ async fn more_before(stream: &Stream, subjects: &str, sequence: u64, through: u6
             false
         }
     }
-}
-
-/// The stream sequences of the dead letters: events the projector set aside, which no row
-/// reflects (until a retry applies them and they leave the table).
-pub async fn dead_letter_sequences(connection: &mut PgConnection) -> Result<HashSet<i64>, sqlx::Error> {
-    let sequences: Vec<i64> =
-        sqlx::query_scalar("select stream_sequence from dead_letters").fetch_all(connection).await?;
-    Ok(sequences.into_iter().collect())
-}
-
-/// The events of `batch` the projector applies: valid ones that are not dead letters.
-/// The others are counted in `set_aside`.
-pub fn applied_events(batch: &[Received], dead_letters: &HashSet<i64>, set_aside: &mut u64) -> Vec<ChangeEvent> {
-    let mut events = Vec::with_capacity(batch.len());
-    for message in batch {
-        let sequence = i64::try_from(message.stream_sequence).unwrap_or(i64::MAX);
-        match ChangeEvent::decode_from(&message.subject, &message.payload) {
-            Ok(event) if !dead_letters.contains(&sequence) => events.push(event),
-            _ => *set_aside += 1,
-        }
-    }
-    events
 }
