@@ -11,5 +11,6 @@ mod compose;
 mod database_functions;
 mod dockerfile;
 mod docs_links;
+mod layers;
 mod stack;
 mod standby;
