@@ -1,6 +1,7 @@
-//! Dead letters: storing the messages that break the contract, whatever bytes they hold,
-//! and counting them, for the running projector's metrics and `status` (listing and
-//! retrying them is an operator's tool: `repair::dead_letters`).
+//! Dead letters: storing the messages that break the contract, whatever bytes they hold;
+//! and every other statement on the `dead_letters` table, for the running projector's
+//! metrics and `status`, and for the operator's tools that list, retry and discard them
+//! (`repair::dead_letters`) and leave them out of `verify` and `rebuild`.
 //!
 //! A dead letter must be stored, or its message would be retried for ever and every
 //! message pulled with it would wait too. The payload is `bytea` and takes anything,
@@ -14,15 +15,82 @@
 //! unacknowledged, in view of `status` and readiness (see [`crate::daemon::stuck`]).
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
-use sqlx::{PgConnection, PgPool};
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use crate::error::is_transient_database_error;
 use crate::message::{Received, Refused};
 
+/// The subject exactly as received: its bytes when `subject` holds it escaped.
+const EXACT_SUBJECT: &str = "coalesce(subject_bytes, convert_to(subject, 'UTF8'))";
+
+/// A dead-letter row as stored, its subject exactly as received.
+#[derive(sqlx::FromRow)]
+pub struct StoredDeadLetter {
+    pub id: i64,
+    pub subject: Vec<u8>,
+    pub stream_sequence: i64,
+    pub reason: String,
+    pub received_at: DateTime<Utc>,
+    pub payload: Vec<u8>,
+}
+
 /// How many dead letters are stored.
 pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("select count(*) from dead_letters").fetch_one(pool).await
+}
+
+/// Every dead letter, in the order they were stored.
+pub async fn stored(pool: &PgPool) -> Result<Vec<StoredDeadLetter>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "select id, {EXACT_SUBJECT} as subject, stream_sequence, reason, received_at, payload
+         from dead_letters order by id"
+    ))
+    .fetch_all(pool)
+    .await
+}
+
+/// The id, exact subject and payload of the dead letter `only`, or of every one, in the
+/// order they were stored.
+pub async fn letters(pool: &PgPool, only: Option<i64>) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "select id, {EXACT_SUBJECT}, payload from dead_letters where $1::int8 is null or id = $1 order by id"
+    ))
+    .bind(only)
+    .fetch_all(pool)
+    .await
+}
+
+/// The stream sequences of the dead letters: events the projector set aside, which no row
+/// reflects (until a retry applies them and they leave the table).
+pub async fn sequences(connection: &mut PgConnection) -> Result<HashSet<i64>, sqlx::Error> {
+    let sequences: Vec<i64> =
+        sqlx::query_scalar("select stream_sequence from dead_letters").fetch_all(connection).await?;
+    Ok(sequences.into_iter().collect())
+}
+
+/// Removes the dead letter `id` (in the caller's transaction, when it is one); whether
+/// there was one.
+pub async fn remove(executor: impl PgExecutor<'_>, id: i64) -> Result<bool, sqlx::Error> {
+    let removed = sqlx::query("delete from dead_letters where id = $1").bind(id).execute(executor).await?;
+    Ok(removed.rows_affected() > 0)
+}
+
+/// Stores a dead letter's new reason, as [`store_one_by_one`] would: NUL escaped, or all
+/// in printable ASCII if the database refuses it so.
+pub async fn set_reason(pool: &PgPool, id: i64, reason: &str) -> Result<(), sqlx::Error> {
+    const UPDATE: &str = "update dead_letters set reason = $2 where id = $1";
+    match sqlx::query(UPDATE).bind(id).bind(without_nul(reason).as_ref()).execute(pool).await {
+        Err(error) if !is_transient_database_error(&error) => {
+            sqlx::query(UPDATE).bind(id).bind(in_ascii(reason).as_ref()).execute(pool).await?;
+        }
+        updated => {
+            updated?;
+        }
+    }
+    Ok(())
 }
 
 /// Stores `refused` in one statement, inside the caller's transaction.

@@ -38,6 +38,11 @@ impl Why {
     }
 }
 
+/// The sequences of the stream `$2` recorded as lost, as a subquery (a multirange, null
+/// when none): for the ledger's reckoning of what the database does not hold.
+pub const LOST_OF_STREAM_2: &str =
+    "(select range_agg(r) from read_model_lost, unnest(sequences) as r where stream = $2)";
+
 /// Records `spans` of `stream` as lost, inside the caller's transaction if one is open.
 pub async fn record(
     connection: &mut PgConnection,

@@ -88,9 +88,14 @@ pub async fn start(pool: &PgPool, stream: StreamId, acknowledged_through: u64) -
 /// The ranges of sequences 1 to `$1` of the stream `$2` that the ledger neither holds nor
 /// has recorded as lost, one row each. Rows recorded before streams were named (0) count as
 /// the stream's, as a projector adopts them when it next compares.
-const NOT_HELD_THROUGH_1: &str = "unnest(int8multirange(int8range(1, $1 + 1)) \
-     - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r where stream in ($2, 0)), '{}') \
-     - coalesce((select range_agg(r) from read_model_lost, unnest(sequences) as r where stream = $2), '{}'))";
+fn not_held_through_1() -> String {
+    format!(
+        "unnest(int8multirange(int8range(1, $1 + 1)) \
+         - coalesce((select range_agg(r) from read_model_applied, unnest(sequences) as r where stream in ($2, 0)), '{{}}') \
+         - coalesce({lost}, '{{}}'))",
+        lost = lost_events::LOST_OF_STREAM_2
+    )
+}
 
 /// Which stream the ledger follows, and the acknowledgement floor it last saw of it.
 struct Followed {
@@ -159,7 +164,7 @@ async fn not_held(
     stream: StreamId,
     acknowledged_through: u64,
 ) -> Result<Vec<Span>, sqlx::Error> {
-    sqlx::query(&format!("select lower(r), upper(r) - 1 from {NOT_HELD_THROUGH_1} as r"))
+    sqlx::query(&format!("select lower(r), upper(r) - 1 from {} as r", not_held_through_1()))
         .bind(as_sequence(acknowledged_through))
         .bind(stream.nanos())
         .fetch_all(&mut *connection)
@@ -202,8 +207,9 @@ pub async fn not_held_count(
     acknowledged_through: u64,
 ) -> Result<Option<u64>, sqlx::Error> {
     let missing: Option<i64> = sqlx::query_scalar(&format!(
-        "select (select coalesce(sum(upper(r) - lower(r)), 0) from {NOT_HELD_THROUGH_1} as r)::bigint \
-         from read_model_ledger where trusted_through is not null"
+        "select (select coalesce(sum(upper(r) - lower(r)), 0) from {} as r)::bigint \
+         from read_model_ledger where trusted_through is not null",
+        not_held_through_1()
     ))
     .bind(as_sequence(acknowledged_through))
     .bind(stream.nanos())

@@ -7,11 +7,7 @@ use lectern_schema::events::ChangeEvent;
 use sqlx::PgPool;
 
 use crate::apply::write_events;
-use crate::dead_letters::{in_ascii, without_nul};
-use crate::error::is_transient_database_error;
-
-/// The subject exactly as received: its bytes when `subject` holds it escaped.
-const EXACT_SUBJECT: &str = "coalesce(subject_bytes, convert_to(subject, 'UTF8'))";
+use crate::dead_letters::{self, set_reason};
 
 /// A stored dead letter.
 #[derive(Debug, serde::Serialize)]
@@ -27,24 +23,8 @@ pub struct DeadLetter {
     pub payload_text: Option<String>,
 }
 
-/// A dead-letter row as stored.
-#[derive(sqlx::FromRow)]
-struct StoredDeadLetter {
-    id: i64,
-    subject: Vec<u8>,
-    stream_sequence: i64,
-    reason: String,
-    received_at: DateTime<Utc>,
-    payload: Vec<u8>,
-}
-
 pub async fn list(pool: &PgPool) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    let rows: Vec<StoredDeadLetter> = sqlx::query_as(&format!(
-        "select id, {EXACT_SUBJECT} as subject, stream_sequence, reason, received_at, payload
-         from dead_letters order by id"
-    ))
-    .fetch_all(pool)
-    .await?;
+    let rows = dead_letters::stored(pool).await?;
     Ok(rows
         .into_iter()
         .map(|row| DeadLetter {
@@ -73,12 +53,7 @@ pub struct RetryOutcome {
 /// subject and payload, and applies those that pass; each is applied and removed in one
 /// transaction.
 pub async fn retry(pool: &PgPool, only: Option<i64>) -> Result<RetryOutcome, sqlx::Error> {
-    let rows: Vec<(i64, Vec<u8>, Vec<u8>)> = sqlx::query_as(&format!(
-        "select id, {EXACT_SUBJECT}, payload from dead_letters where $1::int8 is null or id = $1 order by id"
-    ))
-    .bind(only)
-    .fetch_all(pool)
-    .await?;
+    let rows = dead_letters::letters(pool, only).await?;
     let mut outcome = RetryOutcome::default();
     for (id, subject, payload) in rows {
         let decoded = match String::from_utf8(subject) {
@@ -89,7 +64,7 @@ pub async fn retry(pool: &PgPool, only: Option<i64>) -> Result<RetryOutcome, sql
             Ok(event) => {
                 let mut transaction = pool.begin().await?;
                 write_events(&mut transaction, std::iter::once(&event)).await?;
-                sqlx::query("delete from dead_letters where id = $1").bind(id).execute(&mut *transaction).await?;
+                dead_letters::remove(&mut *transaction, id).await?;
                 transaction.commit().await?;
                 outcome.applied.push(id);
             }
@@ -102,26 +77,9 @@ pub async fn retry(pool: &PgPool, only: Option<i64>) -> Result<RetryOutcome, sql
     Ok(outcome)
 }
 
-/// Stores a dead letter's new reason, as
-/// [`store_one_by_one`](crate::dead_letters::store_one_by_one) would: NUL escaped, or all
-/// in printable ASCII if the database refuses it so.
-async fn set_reason(pool: &PgPool, id: i64, reason: &str) -> Result<(), sqlx::Error> {
-    const UPDATE: &str = "update dead_letters set reason = $2 where id = $1";
-    match sqlx::query(UPDATE).bind(id).bind(without_nul(reason).as_ref()).execute(pool).await {
-        Err(error) if !is_transient_database_error(&error) => {
-            sqlx::query(UPDATE).bind(id).bind(in_ascii(reason).as_ref()).execute(pool).await?;
-        }
-        updated => {
-            updated?;
-        }
-    }
-    Ok(())
-}
-
 /// Removes the dead letter `id`; whether there was one.
 pub async fn discard(pool: &PgPool, id: i64) -> Result<bool, sqlx::Error> {
-    let removed = sqlx::query("delete from dead_letters where id = $1").bind(id).execute(pool).await?;
-    Ok(removed.rows_affected() > 0)
+    dead_letters::remove(pool, id).await
 }
 
 /// What `discard --superseded` did.
@@ -139,10 +97,7 @@ pub struct Discarded {
 /// retrying it would change nothing. A letter that does not say its record and version
 /// (a payload that is not JSON, a subject of no record) is kept, for `discard <id>`.
 pub async fn discard_superseded(pool: &PgPool) -> Result<Discarded, sqlx::Error> {
-    let rows: Vec<(i64, Vec<u8>, Vec<u8>)> =
-        sqlx::query_as(&format!("select id, {EXACT_SUBJECT}, payload from dead_letters order by id"))
-            .fetch_all(pool)
-            .await?;
+    let rows = dead_letters::letters(pool, None).await?;
     let mut outcome = Discarded::default();
     for (id, subject, payload) in rows {
         let Some(letter) = Letter::read(&subject, &payload) else {

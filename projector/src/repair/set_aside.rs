@@ -5,17 +5,8 @@
 use std::collections::HashSet;
 
 use lectern_schema::events::ChangeEvent;
-use sqlx::PgConnection;
 
 use crate::message::Received;
-
-/// The stream sequences of the dead letters: events the projector set aside, which no row
-/// reflects (until a retry applies them and they leave the table).
-pub async fn dead_letter_sequences(connection: &mut PgConnection) -> Result<HashSet<i64>, sqlx::Error> {
-    let sequences: Vec<i64> =
-        sqlx::query_scalar("select stream_sequence from dead_letters").fetch_all(connection).await?;
-    Ok(sequences.into_iter().collect())
-}
 
 /// The events of `batch` the projector applies: valid ones that are not dead letters.
 /// The others are counted in `set_aside`.

@@ -31,10 +31,10 @@ use async_nats::jetstream;
 use serde::Serialize;
 use sqlx::{Connection, PgConnection};
 
+use crate::dead_letters;
 use crate::error::ProjectorError;
 use crate::history::{read_through, subjects, whole_history, Reading};
 use crate::repair::progress::Progress;
-use crate::repair::set_aside::dead_letter_sequences;
 use crate::stream::STREAM;
 use shadow::Start;
 use swap::Folded;
@@ -105,7 +105,7 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str, force: bool
             through
         }
     };
-    let dead_letters = dead_letter_sequences(&mut connection).await?;
+    let dead_letters = dead_letters::sequences(&mut connection).await?;
     let mut set_aside = 0;
     let mut through = resumed_from;
 
@@ -171,11 +171,7 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str, force: bool
     )
     .await?;
     let folded = swap::fold(&mut transaction, &last_written, force).await?;
-    for (_, shadow) in shadow::pairs() {
-        sqlx::query(&format!("drop table {shadow}")).execute(&mut *transaction).await?;
-    }
-    sqlx::query(&format!("drop table {}", shadow::SHADOW_POSITION)).execute(&mut *transaction).await?;
-    sqlx::query("delete from read_model_rebuild").execute(&mut *transaction).await?;
+    shadow::drop_all(&mut transaction).await?;
     transaction.commit().await?;
     let swap_seconds = swap_started.elapsed().as_secs_f64();
     tracing::info!(corrected = folded.corrected, removed = folded.removed, swap_seconds, "rebuild folded in");

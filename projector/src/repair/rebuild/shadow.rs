@@ -53,6 +53,17 @@ impl UnderWay {
     }
 }
 
+/// Drops the shadow tables and the rebuild's progress, once folded in (in the fold's
+/// transaction).
+pub async fn drop_all(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
+    for (_, shadow) in pairs() {
+        sqlx::query(&format!("drop table {shadow}")).execute(&mut *connection).await?;
+    }
+    sqlx::query(&format!("drop table {SHADOW_POSITION}")).execute(&mut *connection).await?;
+    sqlx::query("delete from read_model_rebuild").execute(&mut *connection).await?;
+    Ok(())
+}
+
 /// The rebuild under way, if any.
 pub async fn under_way(pool: &sqlx::PgPool) -> Result<Option<UnderWay>, sqlx::Error> {
     sqlx::query_as("select started_at, through_sequence from read_model_rebuild").fetch_optional(pool).await
@@ -63,7 +74,7 @@ pub async fn under_way(pool: &sqlx::PgPool) -> Result<Option<UnderWay>, sqlx::Er
 /// tables, and a promoted standby or a restored backup has them empty, while the position
 /// in `read_model_rebuild` is logged and survives: only when both agree do the shadow
 /// tables hold what the position says.
-pub const SHADOW_POSITION: &str = "rebuild_shadow_position";
+const SHADOW_POSITION: &str = "rebuild_shadow_position";
 
 /// Finds an unfinished rebuild's shadow tables, or creates them empty. Shadow tables that
 /// no longer hold what the recorded position says (emptied by a crash, a restart after

@@ -8,8 +8,9 @@ use std::collections::HashSet;
 use sqlx::{Connection, PgConnection};
 
 use crate::apply::{write_events_into, Received, Tables};
+use crate::dead_letters;
 use crate::error::{is_transient_database_error, ProjectorError};
-use crate::repair::set_aside::{applied_events, dead_letter_sequences};
+use crate::repair::set_aside::applied_events;
 
 /// The temporary tables, one per live table.
 pub const TABLES: Tables<'static> = Tables { contacts: "verify_contacts", items: "verify_items" };
@@ -46,7 +47,7 @@ impl Expected {
             .execute(&mut connection)
             .await?;
         }
-        let dead_letters = dead_letter_sequences(&mut connection).await?;
+        let dead_letters = dead_letters::sequences(&mut connection).await?;
         Ok(Self { connection, dead_letters, applied: 0, set_aside: 0, refused: 0 })
     }
 
