@@ -252,26 +252,6 @@ mod tests {
     }
 
     #[test]
-    fn a_listing_cursor_is_not_a_sync_token() {
-        use crate::listing::cursor::{CursorScope, CursorSigner};
-        use crate::listing::{Position, SortKey};
-        let workspace = Uuid::new_v4();
-        let cursors = CursorSigner::new(
-            SigningSecrets::only(SecretString::from("cursor secret".to_owned())),
-            std::time::Duration::from_secs(60),
-        );
-        let cursor_scope = CursorScope {
-            resource: "contacts",
-            workspace_id: workspace,
-            kind: "all",
-            search: None,
-            sort: SortKey::Name,
-        };
-        let cursor = cursors.issue(&cursor_scope, &Position::Name { name: "a".to_owned(), id: workspace });
-        assert!(tokens().open(&cursor, scope(workspace)).is_err());
-    }
-
-    #[test]
     fn a_token_of_the_counter_format_resumes_from_the_beginning_and_stays_bound() {
         let workspace = Uuid::new_v4();
         let mut bytes = vec![COUNTER_VERSION];

@@ -27,8 +27,7 @@ const LAYERS: &[Layered] = &[
             &["app"],
             &["webhooks"],
             // Above listing: the feed's tests prove a listing cursor is not a sync token.
-            &["feed"],
-            &["listing", "retrieve"],
+            &["feed", "listing", "retrieve"],
             &["keys"],
             &["error"],
             &["reads"],
