@@ -28,6 +28,8 @@
 //!   against a plain LISTEN's, on a database of its own (no load, no NATS, no wrk).
 //! - [`long_polls`]: with `--long-polls`, the API's memory while 10,000 long polls wait
 //!   and after, on a database of its own.
+//! - [`nemesis`]: the fault catalogue and seeded schedules of the nemesis (its runner and
+//!   checker are not built yet).
 
 pub mod api;
 pub mod api_side;
@@ -42,6 +44,7 @@ pub mod latency;
 pub mod load;
 pub mod long_polls;
 pub mod machine;
+pub mod nemesis;
 pub mod options;
 pub mod plain_sql;
 pub mod projector_side;
