@@ -28,8 +28,8 @@
 //!   against a plain LISTEN's, on a database of its own (no load, no NATS, no wrk).
 //! - [`long_polls`]: with `--long-polls`, the API's memory while 10,000 long polls wait
 //!   and after, on a database of its own.
-//! - [`nemesis`]: the fault catalogue and seeded schedules of the nemesis (its runner and
-//!   checker are not built yet).
+//! - [`nemesis`]: with `--nemesis`, random schedules of faults against a private
+//!   deployment while publishers and feed clients run, and the check of every promise.
 
 pub mod api;
 pub mod api_side;
@@ -124,6 +124,9 @@ pub async fn run(options: Options) -> Result<String> {
         })
         .await;
     }
+    if let Some(nemesis) = options.nemesis {
+        return run_nemesis(&options, nemesis).await;
+    }
     let wrk = infra::tool("wrk", "install it with `apt-get install -y wrk`")?;
     let pgbench = infra::tool("pgbench", "it ships with PostgreSQL (`apt-get install -y postgresql-client`)")?;
     if !infra::nats_server().exists() {
@@ -169,6 +172,37 @@ pub async fn run(options: Options) -> Result<String> {
         std::fs::create_dir_all(parent).context(format!("create {}", parent.display()))?;
     }
     std::fs::write(&setup.options.output, &markdown).context(format!("write {}", setup.options.output.display()))?;
+    Ok(markdown)
+}
+
+/// `--nemesis`: the release binaries against the nemesis' private deployment; the report is
+/// written whatever it found, and the run fails when it found a violation.
+async fn run_nemesis(options: &Options, nemesis: options::NemesisOptions) -> Result<String> {
+    let binaries = infra::build_binaries(options.build)?;
+    let directory = binaries.api.parent().ok_or("the release binaries' directory")?;
+    lectern_tests::binaries::use_built_in(directory);
+    let settings = nemesis::Settings {
+        seed: nemesis.seed,
+        topology: nemesis.topology,
+        run_for: std::time::Duration::from_secs(nemesis.minutes * 60),
+        most_schedules: None,
+        window: nemesis::WINDOW,
+    };
+    let outcome = tokio::select! {
+        outcome = nemesis::run(&settings) => outcome,
+        () = interrupted() => return Err("interrupted".into()),
+    };
+    let markdown = nemesis::report::markdown(&settings, &outcome, &options.command_line, &machine::describe());
+    write_output(options, &markdown)?;
+    if !outcome.violations.is_empty() {
+        return Err(format!(
+            "the nemesis found {} violations (seed {}); see {}",
+            outcome.violations.len(),
+            settings.seed,
+            options.output.display()
+        )
+        .into());
+    }
     Ok(markdown)
 }
 

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::nemesis::faults::Topology;
+
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--long-polls] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--long-polls] [--nemesis --minutes N [--seed S] [--topology single]] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -50,6 +52,15 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      answered, three rounds against one process, with another workspace's listing
                      timed meanwhile; no load, NATS, wrk or pgbench (default output
                      bench/long-polls.md)
+  --nemesis          instead of the comparisons, random schedules of faults (crashes, failovers,
+                     restores, kills, NATS restarts, transactions held open) against a private
+                     deployment while publishers and feed clients run, each schedule followed by
+                     a check of every promise; a violation prints the seed and the schedule
+                     (default output bench/nemesis.md)
+  --minutes N        with --nemesis: how long to draw schedules (default 10)
+  --seed S           with --nemesis: the seed the schedules are drawn from (default: the clock);
+                     the same seed replays the same schedules
+  --topology T       with --nemesis: single (one nats-server, one projector; the default)
   --keep             keep the benchmark databases and the work directory (with --replicas, the
                      private servers' directories, stopped)
   --no-build         use target/release/lectern-{api,projector} as they are (by default
@@ -60,6 +71,14 @@ overrides), nats-server (/usr/sbin/nats-server or LECTERN_TEST_NATS_SERVER), wrk
 --replicas also PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup: the newest
 /usr/lib/postgresql/<version>/bin, or LECTERN_TEST_PG_BIN), run as the postgres system user
 (LECTERN_TEST_PG_USER) when the bench runs as root.";
+
+/// What `--nemesis` runs.
+#[derive(Clone, Copy, Debug)]
+pub struct NemesisOptions {
+    pub minutes: u64,
+    pub seed: u64,
+    pub topology: Topology,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scale {
@@ -104,6 +123,8 @@ pub struct Options {
     pub webhooks: bool,
     /// Measure waiting long polls' memory instead of the comparisons.
     pub long_polls: bool,
+    /// Run the nemesis instead of the comparisons.
+    pub nemesis: Option<NemesisOptions>,
     /// Keep the databases and the work directory for inspection.
     pub keep: bool,
     /// Build the release binaries first (a no-op when they are current).
@@ -129,6 +150,10 @@ impl Options {
         let mut webhooks = false;
         let mut long_polls = false;
         let mut build = true;
+        let mut nemesis = false;
+        let mut minutes = None;
+        let mut seed = None;
+        let mut topology = None;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -157,6 +182,20 @@ impl Options {
                 "--webhooks" => webhooks = true,
                 "--long-polls" => long_polls = true,
                 "--no-build" => build = false,
+                "--nemesis" => nemesis = true,
+                "--minutes" => minutes = Some(number(&value("--minutes")?, "--minutes", 1)? as u64),
+                "--seed" => seed = Some(number(&value("--seed")?, "--seed", 0)? as u64),
+                "--topology" => {
+                    topology = match value("--topology")?.as_str() {
+                        "single" => Some(Topology::Single),
+                        "scale" => {
+                            return Err("--topology scale (a NATS cluster, two projectors, a replica) is not built \
+                                        yet; --topology single is"
+                                .to_owned())
+                        }
+                        other => return Err(format!("--topology must be single, not {other:?}")),
+                    }
+                }
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
         }
@@ -187,6 +226,17 @@ impl Options {
                     .to_owned(),
             );
         }
+        if !nemesis && (minutes.is_some() || seed.is_some() || topology.is_some()) {
+            return Err("--minutes, --seed and --topology go with --nemesis".to_owned());
+        }
+        if nemesis && (long_polls || webhooks || feed || replicas || verify || soak_for.is_some() || projector_only) {
+            return Err("--nemesis is a run of its own".to_owned());
+        }
+        let nemesis = nemesis.then(|| NemesisOptions {
+            minutes: minutes.unwrap_or(10),
+            seed: seed.unwrap_or_else(|| chrono::Utc::now().timestamp().unsigned_abs()),
+            topology: topology.unwrap_or(Topology::Single),
+        });
         let (default_contacts, default_run, steady_for) = match scale {
             Scale::Full => (1_000_000, 10, 20),
             Scale::Small => (100_000, 5, 10),
@@ -196,6 +246,7 @@ impl Options {
             contacts: contacts.unwrap_or(default_contacts),
             output: output.unwrap_or_else(|| {
                 PathBuf::from(match (soak_for.is_some(), feed, replicas, verify) {
+                    _ if nemesis.is_some() => "bench/nemesis.md",
                     _ if webhooks => "bench/webhooks.md",
                     _ if long_polls => "bench/long-polls.md",
                     (true, ..) => "bench/soak.md",
@@ -215,6 +266,7 @@ impl Options {
             verify,
             webhooks,
             long_polls,
+            nemesis,
             keep,
             build,
             command_line: format!("cargo run --release -p lectern-bench -- {command_line}").trim_end().to_owned(),

@@ -1,6 +1,6 @@
 //! The workspace's real binaries, built on first use if the test run has not built them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -21,6 +21,14 @@ pub fn lectern_projector() -> PathBuf {
 /// Path to `lectern-dev` in this build's target directory.
 pub fn lectern_dev() -> PathBuf {
     DEV.get_or_init(|| built("lectern-dev")).clone()
+}
+
+/// Runs the binaries already built in `directory` (a release build's, for the benchmark's
+/// nemesis) instead of building this run's. Only before the first binary is located.
+pub fn use_built_in(directory: &Path) {
+    let _ = API.set(directory.join("lectern-api"));
+    let _ = PROJECTOR.set(directory.join("lectern-projector"));
+    let _ = DEV.set(directory.join("lectern-dev"));
 }
 
 fn built(name: &str) -> PathBuf {

@@ -37,41 +37,31 @@ pub enum FaultKind {
     FailoverToLaggingStandby,
     SecondFailoverToSibling,
     OldPrimaryBehindSameAddress,
-    PointInTimeRestore,
     DumpRestoredTwice,
     TransactionHeldOpen,
-    NatsNodeLoss,
     NatsRestart,
-    StreamAgesEventsOut,
     ProjectorKill,
     ApiKill,
     ApiRestart,
     RebuildKilled,
-    ReplicaLagging,
     ListenerCut,
-    SecretRotation,
 }
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 12] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,
         Self::OldPrimaryBehindSameAddress,
-        Self::PointInTimeRestore,
         Self::DumpRestoredTwice,
         Self::TransactionHeldOpen,
-        Self::NatsNodeLoss,
         Self::NatsRestart,
-        Self::StreamAgesEventsOut,
         Self::ProjectorKill,
         Self::ApiKill,
         Self::ApiRestart,
         Self::RebuildKilled,
-        Self::ReplicaLagging,
         Self::ListenerCut,
-        Self::SecretRotation,
     ];
 }
 
@@ -83,9 +73,6 @@ pub struct Fault {
     pub name: &'static str,
     /// The topologies it can be drawn for; `None`: both.
     pub only_on: Option<Topology>,
-    /// Acknowledged events may be lost by it (the stream itself drops them): the checker
-    /// then counts them in the projector's lost-events alarm instead of the listing.
-    pub loses_events: bool,
     /// Clients may be told to start over after it (the database went back in time or to
     /// another history that does not descend from the one they synced).
     pub may_start_over: bool,
@@ -93,33 +80,22 @@ pub struct Fault {
 
 /// Every fault the nemesis knows, in the order reports list them.
 pub const CATALOGUE: &[Fault] = &[
-    fault(FaultKind::PostgresCrash, "postgres-crash", None, false, false),
-    fault(FaultKind::FailoverToLaggingStandby, "failover-to-lagging-standby", None, false, true),
-    fault(FaultKind::SecondFailoverToSibling, "second-failover-to-sibling", None, false, true),
-    fault(FaultKind::OldPrimaryBehindSameAddress, "old-primary-behind-same-address", None, false, true),
-    fault(FaultKind::PointInTimeRestore, "point-in-time-restore", None, false, true),
-    fault(FaultKind::DumpRestoredTwice, "dump-restored-twice", None, false, true),
-    fault(FaultKind::TransactionHeldOpen, "transaction-held-open", None, false, false),
-    fault(FaultKind::NatsNodeLoss, "nats-node-loss", Some(Topology::Scale), false, false),
-    fault(FaultKind::NatsRestart, "nats-restart", Some(Topology::Single), false, false),
-    fault(FaultKind::StreamAgesEventsOut, "stream-ages-events-out", None, true, false),
-    fault(FaultKind::ProjectorKill, "projector-kill-9", None, false, false),
-    fault(FaultKind::ApiKill, "api-kill-9", None, false, false),
-    fault(FaultKind::ApiRestart, "api-sigterm-restart", None, false, false),
-    fault(FaultKind::RebuildKilled, "rebuild-killed", None, false, false),
-    fault(FaultKind::ReplicaLagging, "replica-lagging", Some(Topology::Scale), false, false),
-    fault(FaultKind::ListenerCut, "listener-connection-cut", None, false, false),
-    fault(FaultKind::SecretRotation, "secret-rotation-with-overlap", None, false, false),
+    fault(FaultKind::PostgresCrash, "postgres-crash", None, false),
+    fault(FaultKind::FailoverToLaggingStandby, "failover-to-lagging-standby", None, false),
+    fault(FaultKind::SecondFailoverToSibling, "second-failover-to-sibling", None, true),
+    fault(FaultKind::OldPrimaryBehindSameAddress, "old-primary-behind-same-address", None, true),
+    fault(FaultKind::DumpRestoredTwice, "dump-restored-twice", None, true),
+    fault(FaultKind::TransactionHeldOpen, "transaction-held-open", None, false),
+    fault(FaultKind::NatsRestart, "nats-restart", Some(Topology::Single), false),
+    fault(FaultKind::ProjectorKill, "projector-kill-9", None, false),
+    fault(FaultKind::ApiKill, "api-kill-9", None, false),
+    fault(FaultKind::ApiRestart, "api-sigterm-restart", None, false),
+    fault(FaultKind::RebuildKilled, "rebuild-killed", None, false),
+    fault(FaultKind::ListenerCut, "listener-connection-cut", None, false),
 ];
 
-const fn fault(
-    kind: FaultKind,
-    name: &'static str,
-    only_on: Option<Topology>,
-    loses_events: bool,
-    may_start_over: bool,
-) -> Fault {
-    Fault { kind, name, only_on, loses_events, may_start_over }
+const fn fault(kind: FaultKind, name: &'static str, only_on: Option<Topology>, may_start_over: bool) -> Fault {
+    Fault { kind, name, only_on, may_start_over }
 }
 
 impl Fault {
@@ -166,9 +142,8 @@ mod tests {
     #[test]
     fn each_topology_draws_what_it_has() {
         let drawn = |kind, topology| Fault::of(kind).is_some_and(|fault| fault.drawn_on(topology));
-        assert!(!drawn(FaultKind::NatsNodeLoss, Topology::Single), "a single node has no node to lose");
-        assert!(!drawn(FaultKind::NatsRestart, Topology::Scale));
-        assert!(!drawn(FaultKind::ReplicaLagging, Topology::Single), "single reads from no replica");
+        assert!(drawn(FaultKind::NatsRestart, Topology::Single));
+        assert!(!drawn(FaultKind::NatsRestart, Topology::Scale), "a cluster loses one node, not the whole");
         assert!(drawn(FaultKind::PostgresCrash, Topology::Single));
         assert!(drawn(FaultKind::PostgresCrash, Topology::Scale));
     }

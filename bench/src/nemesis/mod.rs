@@ -1,10 +1,193 @@
 //! The nemesis: random schedules of faults against a private deployment while publishers
 //! and feed clients run, then a check of every promise once the stack settles.
 //!
-//! Built so far: the catalogue of faults ([`faults`], written once as data) and the
-//! schedules drawn from a seed ([`schedule`]), replayable schedule by schedule. The
-//! deployment, the runner that strikes each fault and the checker follow; until they land
-//! there is no `--nemesis` command.
+//! - [`faults`]: the catalogue, written once as data; [`schedule`]: schedules drawn from a
+//!   seed, replayable one by one.
+//! - [`deployment`]: the private primary, standbys, forwarder, nats-server, projector and
+//!   API processes; [`strike`]: how each fault is struck against them.
+//! - [`publisher`]: the upstream's steady events and the ledger of last versions;
+//!   [`clients`]: integrations following the feed.
+//! - [`check`]: the promises, checked after each schedule; [`report`]: the run's table.
+//!
+//! The deployment is built from the end-to-end tests' harness (`lectern_tests`), the same
+//! private servers and processes the fault tests strike, so a harness step that fails ends
+//! the run with its message: the nemesis is a test, run longer.
 
+#![expect(clippy::expect_used, reason = "a deployment step that fails ends the run with its message, as in the tests")]
+
+pub mod check;
+pub mod clients;
+pub mod deployment;
 pub mod faults;
+pub mod publisher;
+pub mod report;
 pub mod schedule;
+pub mod strike;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lectern_fixtures::prng::Prng;
+use tokio::sync::Mutex;
+
+use clients::{FeedClient, Shared, Style};
+use deployment::Deployment;
+use faults::{FaultKind, Topology};
+use publisher::Ledger;
+use schedule::Schedules;
+
+/// Each schedule's window: its faults strike within it, then the stack is healed and checked.
+pub const WINDOW: Duration = Duration::from_secs(20);
+
+/// What the checkers found, gathered from every task.
+#[derive(Clone, Default)]
+pub struct Findings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Findings {
+    pub fn add(&self, finding: String) {
+        if let Ok(mut findings) = self.0.lock() {
+            findings.push(finding);
+        }
+    }
+
+    fn take(&self) -> Vec<String> {
+        self.0.lock().map(|mut findings| std::mem::take(&mut *findings)).unwrap_or_default()
+    }
+}
+
+/// What the faults tell the clients.
+#[derive(Clone, Default)]
+pub struct Strikes {
+    /// Faults struck so far that may fork the database's history.
+    pub forks: Arc<AtomicU64>,
+}
+
+/// One nemesis run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub seed: u64,
+    pub topology: Topology,
+    /// Schedules are drawn until this much time has passed.
+    pub run_for: Duration,
+    /// At most this many schedules (the tests' short run).
+    pub most_schedules: Option<u64>,
+    /// Each schedule strikes within this window, then the stack is healed and checked.
+    pub window: Duration,
+}
+
+/// A promise found broken, with what replays it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub schedule: String,
+    pub finding: String,
+}
+
+/// What a run did and found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub schedules: u64,
+    pub struck: BTreeMap<FaultKind, u64>,
+    pub events: u64,
+    pub redelivered: u64,
+    pub out_of_order: u64,
+    pub records: usize,
+    pub syncs: u64,
+    pub start_overs: u64,
+    pub unavailable: u64,
+    pub violations: Vec<Violation>,
+    pub elapsed: Duration,
+}
+
+/// Runs the nemesis: the deployment, the publisher and the clients, then schedule after
+/// schedule of faults, each followed by the check of every promise.
+pub async fn run(settings: &Settings) -> Outcome {
+    let started = Instant::now();
+    let mut deployment = Deployment::start().await;
+    let findings = Findings::default();
+    let strikes = Strikes::default();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let mut tasks = vec![tokio::spawn(publisher::publish(
+        deployment.nats.url.clone(),
+        deployment.tenants.clone(),
+        ledger.clone(),
+        settings.seed,
+    ))];
+    let shared = Shared {
+        endpoints: deployment.endpoints.clone(),
+        tenants: deployment.tenants.clone(),
+        findings: findings.clone(),
+        forks: strikes.forks.clone(),
+        http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("an HTTP client"),
+    };
+    let mut clients = Vec::new();
+    for tenant in 0..deployment.tenants.len() {
+        for resource in ["contacts", "items"] {
+            for style in Style::ALL {
+                let client = Arc::new(Mutex::new(FeedClient::new(tenant, resource, style)));
+                let seed = prng_seed(settings.seed, clients.len());
+                tasks.push(tokio::spawn(clients::follow(client.clone(), shared.clone(), seed)));
+                clients.push(client);
+            }
+        }
+    }
+
+    let mut outcome = Outcome::default();
+    for schedule in Schedules::new(settings.seed, settings.topology, settings.window) {
+        let out_of_time = started.elapsed() >= settings.run_for;
+        if out_of_time || settings.most_schedules.is_some_and(|most| outcome.schedules >= most) {
+            break;
+        }
+        eprintln!("nemesis: seed {} {schedule}", settings.seed);
+        let mut prng = Prng::new(&[settings.seed, schedule.index, 0x5e7]);
+        let began = tokio::time::Instant::now();
+        for step in &schedule.steps {
+            tokio::time::sleep_until(began + step.at).await;
+            strike::strike(&mut deployment, step.fault, &mut prng, &strikes).await;
+            *outcome.struck.entry(step.fault).or_default() += 1;
+        }
+        tokio::time::sleep_until(began + settings.window).await;
+        for crashed in deployment.crashed() {
+            findings.add(crashed);
+        }
+        deployment.heal().await;
+
+        // Everyone held between two steps while the promises are checked.
+        let ledger = ledger.lock().await;
+        let mut held = Vec::with_capacity(clients.len());
+        for client in &clients {
+            held.push(client.lock().await);
+        }
+        let listings = check::listings_reach_the_ledger(&shared.http, &deployment, &ledger, &findings).await;
+        for client in &mut held {
+            let listed = listings.get(&(client.tenant, client.resource)).cloned().unwrap_or_default();
+            check::mirror_equals_the_listing(client, &shared, &listed).await;
+        }
+        check::verify_agrees(&deployment, &findings).await;
+        for finding in findings.take() {
+            eprintln!("nemesis: VIOLATION (seed {}, {schedule}): {finding}", settings.seed);
+            outcome.violations.push(Violation { schedule: schedule.to_string(), finding });
+        }
+        outcome.schedules += 1;
+        outcome.events = ledger.events;
+        outcome.redelivered = ledger.redelivered;
+        outcome.out_of_order = ledger.out_of_order;
+        outcome.records = ledger.records.len();
+    }
+    for task in &tasks {
+        task.abort();
+    }
+    for client in &clients {
+        let client = client.lock().await;
+        outcome.syncs += client.syncs;
+        outcome.start_overs += client.start_overs;
+        outcome.unavailable += client.unavailable;
+    }
+    outcome.elapsed = started.elapsed();
+    outcome
+}
+
+fn prng_seed(seed: u64, index: usize) -> u64 {
+    lectern_fixtures::prng::hash(&[seed, index as u64, 0xc11e])
+}

@@ -1,0 +1,163 @@
+//! The checker of the promises, run after each schedule once the faults have ended, the
+//! deployment is healed and the publishers and clients are held between two steps:
+//!
+//! - every record the publisher had acknowledged is at its last version in the listing;
+//! - every client's mirror, brought up to date from whatever token it holds, equals the
+//!   listing field for field;
+//! - no process exited by itself;
+//! - `lectern-projector verify` finds the read model agreeing with the stream.
+//!
+//! A record going back in a mirror and a start-over no fault explains are caught by the
+//! clients as they run ([`super::clients`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use lectern_tests::app::urlencode;
+use lectern_tests::projector::projector_command;
+use serde_json::Value;
+
+use super::clients::FeedClient;
+use super::deployment::{Deployment, Tenant};
+use super::publisher::Ledger;
+use super::Findings;
+
+/// How long the read model may take to reach every acknowledged event once the faults end:
+/// a projector started again waits out the consumer's ack wait, and the ledger's check of
+/// what the database lacks runs every few seconds.
+pub const SETTLES_WITHIN: Duration = Duration::from_secs(120);
+
+/// Every record of `resource` the listing serves to `tenant`, by id.
+pub async fn listing(
+    http: &reqwest::Client,
+    base: &str,
+    tenant: &Tenant,
+    resource: &str,
+) -> Result<BTreeMap<String, Value>, String> {
+    let first = format!("{base}/v1/{resource}?limit=100");
+    let mut next = first.clone();
+    let mut records = BTreeMap::new();
+    for _ in 0..10_000 {
+        let response =
+            http.get(&next).header("X-API-Key", &tenant.key).send().await.map_err(|error| error.to_string())?;
+        let status = response.status();
+        let page: Value = response.json().await.map_err(|error| error.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{next} answered {status}: {page}"));
+        }
+        for record in page["data"].as_array().into_iter().flatten() {
+            records.insert(record["id"].as_str().unwrap_or_default().to_owned(), record.clone());
+        }
+        match page["page"]["nextCursor"].as_str() {
+            Some(cursor) => next = format!("{first}&cursor={}", urlencode(cursor)),
+            None => return Ok(records),
+        }
+    }
+    Err(format!("the traversal of {first} did not end"))
+}
+
+/// What the listing serves against what the ledger expects: `None` when they agree, or
+/// what differs.
+fn differences(listed: &BTreeMap<String, Value>, expected: &BTreeMap<String, String>) -> Option<String> {
+    let mut wrong = Vec::new();
+    for (id, name) in expected {
+        match listed.get(id).and_then(|record| record["name"].as_str()) {
+            Some(served) if served == name => {}
+            served => wrong.push(format!("{id}: listed as {served:?}, last published {name:?}")),
+        }
+    }
+    wrong.extend(listed.keys().filter(|id| !expected.contains_key(*id)).map(|id| format!("{id}: listed, not active")));
+    let count = wrong.len();
+    (count > 0)
+        .then(|| format!("{count} records differ, first: {}", wrong.into_iter().take(5).collect::<Vec<_>>().join("; ")))
+}
+
+/// Waits until every workspace's listing is what the ledger expects; a finding for each
+/// that is not within [`SETTLES_WITHIN`]. Returns the listings.
+pub async fn listings_reach_the_ledger(
+    http: &reqwest::Client,
+    deployment: &Deployment,
+    ledger: &Ledger,
+    findings: &Findings,
+) -> BTreeMap<(usize, &'static str), BTreeMap<String, Value>> {
+    let deadline = Instant::now() + SETTLES_WITHIN;
+    let mut listings = BTreeMap::new();
+    for (index, tenant) in deployment.tenants.iter().enumerate() {
+        for resource in ["contacts", "items"] {
+            let expected = ledger.expected(index, resource);
+            loop {
+                let base = deployment.endpoints.pick(0).unwrap_or_default();
+                let listed = listing(http, &base, tenant, resource).await;
+                let problem = match &listed {
+                    Ok(listed) => differences(listed, &expected),
+                    Err(error) => Some(error.clone()),
+                };
+                match problem {
+                    None => {
+                        listings.insert((index, resource), listed.unwrap_or_default());
+                        break;
+                    }
+                    Some(problem) if Instant::now() > deadline => {
+                        findings.add(format!(
+                            "workspace {index}'s {resource} listing is not at the last published versions \
+                             {SETTLES_WITHIN:?} after the faults: {problem}"
+                        ));
+                        listings.insert((index, resource), listed.unwrap_or_default());
+                        break;
+                    }
+                    Some(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+        }
+    }
+    listings
+}
+
+/// Brings `client` up to date from its token and compares its mirror with `listed`.
+pub async fn mirror_equals_the_listing(
+    client: &mut FeedClient,
+    shared: &super::clients::Shared,
+    listed: &BTreeMap<String, Value>,
+) {
+    let mut prng = lectern_fixtures::prng::Prng::new(&[client.tenant as u64, client.syncs]);
+    let syncs = client.syncs;
+    client.checked = true;
+    let deadline = Instant::now() + SETTLES_WITHIN;
+    // Until it has finished one more sync than before: a whole pass to the feed's head.
+    while client.syncs == syncs && Instant::now() < deadline {
+        client.step(shared, &mut prng).await;
+    }
+    client.checked = false;
+    if client.mirror == *listed {
+        return;
+    }
+    let missing = listed.keys().filter(|id| !client.mirror.contains_key(*id)).count();
+    let extra = client.mirror.keys().filter(|id| !listed.contains_key(*id)).count();
+    let stale: Vec<String> = client
+        .mirror
+        .iter()
+        .filter(|(id, record)| listed.get(*id).is_some_and(|listed| listed != *record))
+        .map(|(id, record)| format!("{id}: mirrored {}, listed {}", record["name"], listed[id]["name"]))
+        .take(5)
+        .collect();
+    shared.findings.add(format!(
+        "{}: its mirror is not the listing: {missing} missing, {extra} not listed, stale: {stale:?}",
+        client.name
+    ));
+}
+
+/// `lectern-projector verify`: exit 0 when the read model agrees with the stream.
+pub async fn verify_agrees(deployment: &Deployment, findings: &Findings) {
+    let run = projector_command(&deployment.nats.url, &deployment.database_url())
+        .arg("verify")
+        .run(Duration::from_secs(120))
+        .await;
+    if run.code != Some(0) {
+        findings.add(format!(
+            "lectern-projector verify did not agree with the stream (exit {:?}): {}\n{}",
+            run.code,
+            run.stdout.trim(),
+            super::deployment::tail(&run.stderr)
+        ));
+    }
+}

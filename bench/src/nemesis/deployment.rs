@@ -1,0 +1,225 @@
+//! The private deployment a nemesis run strikes, built from the end-to-end tests' harness
+//! (the same private servers, processes and forwarder the fault tests use): a primary with
+//! two `pg_basebackup` standbys, a TCP forwarder standing for the database's stable address
+//! (a DNS name), a private nats-server, a projector and two API processes, every process
+//! reaching PostgreSQL through the forwarder, as the operations guide has them deployed.
+//!
+//! After a schedule the deployment is healed back into that shape the way an operator
+//! would: a dead process started again, standbys that follow no live primary replaced by
+//! fresh copies of the one that serves now.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use lectern_api::keys::Scope;
+use lectern_tests::forwarder::Forwarder;
+use lectern_tests::nats::TestNats;
+use lectern_tests::postgres::TestPostgres;
+use lectern_tests::projector::ProjectorProcess;
+use lectern_tests::serve::Serve;
+use sqlx::postgres::PgPoolOptions;
+use uuid::Uuid;
+
+/// Workspaces the publishers write and the clients follow.
+pub const WORKSPACES: usize = 3;
+/// API processes, as a fleet runs them: every client picks one per request.
+pub const API_PROCESSES: usize = 2;
+/// Standbys kept beside the primary, ready for a failover.
+pub const STANDBYS: usize = 2;
+
+/// One workspace and a key reading both its resources.
+#[derive(Clone, Debug)]
+pub struct Tenant {
+    pub workspace: Uuid,
+    pub key: String,
+}
+
+/// Where the API processes listen now: a process started again listens elsewhere, and a
+/// killed one nowhere. Clients pick from it for every request.
+#[derive(Clone, Default)]
+pub struct Endpoints(Arc<RwLock<Vec<Option<String>>>>);
+
+impl Endpoints {
+    fn set(&self, index: usize, address: Option<String>) {
+        let Ok(mut addresses) = self.0.write() else { return };
+        if addresses.len() <= index {
+            addresses.resize(index + 1, None);
+        }
+        addresses[index] = address;
+    }
+
+    /// The base URL of a listening process, chosen by `choice`; `None` while none listens.
+    pub fn pick(&self, choice: usize) -> Option<String> {
+        let addresses = self.0.read().ok()?;
+        let listening: Vec<&String> = addresses.iter().flatten().collect();
+        (!listening.is_empty()).then(|| format!("http://{}", listening[choice % listening.len()]))
+    }
+}
+
+/// The running deployment.
+pub struct Deployment {
+    /// The server the stable address points at.
+    pub primary: TestPostgres,
+    /// Standbys of [`Deployment::primary`] (until a fault leaves them following another).
+    pub standbys: Vec<TestPostgres>,
+    /// Whether every standby still follows the primary: a failover or a restore leaves them
+    /// following a server that no longer serves.
+    pub standbys_follow: bool,
+    /// The stable database address every process is given.
+    pub address: Forwarder,
+    pub nats: TestNats,
+    pub projector: Option<ProjectorProcess>,
+    pub apis: Vec<Option<Serve>>,
+    pub endpoints: Endpoints,
+    pub tenants: Vec<Tenant>,
+}
+
+impl Deployment {
+    /// Starts everything, migrated, with a key per workspace, and waits until every process
+    /// is ready.
+    pub async fn start() -> Self {
+        let primary = TestPostgres::start_primary().await;
+        lectern_api::reads::create_and_migrate(&primary.url()).await.expect("create and migrate the read model");
+        let tenants = issue_keys(&primary.url()).await;
+        let address = Forwarder::start(primary.port).await;
+        let nats = TestNats::start().await;
+        let mut standbys = Vec::with_capacity(STANDBYS);
+        for _ in 0..STANDBYS {
+            standbys.push(primary.start_standby(None).await);
+        }
+        let mut deployment = Self {
+            primary,
+            standbys,
+            standbys_follow: true,
+            address,
+            nats,
+            projector: None,
+            apis: (0..API_PROCESSES).map(|_| None).collect(),
+            endpoints: Endpoints::default(),
+            tenants,
+        };
+        deployment.start_projector().await;
+        for index in 0..API_PROCESSES {
+            deployment.start_api(index).await;
+        }
+        deployment
+    }
+
+    /// The URL of the read model through the stable address.
+    pub fn database_url(&self) -> String {
+        self.address.url_for("lectern")
+    }
+
+    pub async fn start_projector(&mut self) {
+        let projector = ProjectorProcess::on(&self.nats.url, &self.database_url()).start().await;
+        self.projector = Some(projector);
+    }
+
+    pub async fn start_api(&mut self, index: usize) {
+        let serve = Serve::on(&self.database_url()).start().await;
+        self.endpoints.set(index, Some(serve.api.clone()));
+        self.apis[index] = Some(serve);
+    }
+
+    /// Takes API process `index` out of the clients' rotation and hands it over.
+    pub fn take_api(&mut self, index: usize) -> Option<Serve> {
+        self.endpoints.set(index, None);
+        self.apis[index].take()
+    }
+
+    /// The failover the operations guide describes: the primary is lost (stopped as a crash
+    /// stops it), `standby` (stopped, so it missed what was written since) is started and
+    /// promoted, and the stable address is pointed at it. Returns the primary it replaced.
+    pub async fn fail_over_to(&mut self, mut standby: TestPostgres) -> TestPostgres {
+        self.primary.stop().await;
+        standby.start().await;
+        standby.promote().await;
+        let old = std::mem::replace(&mut self.primary, standby);
+        self.address.point_at(self.primary.port);
+        self.standbys_follow = false;
+        old
+    }
+
+    /// Two standbys following the primary that serves now, copied afresh unless they do.
+    pub async fn standbys_of_the_primary(&mut self) {
+        if self.standbys_follow && self.standbys.len() == STANDBYS {
+            return;
+        }
+        self.standbys.clear();
+        for _ in 0..STANDBYS {
+            self.standbys.push(self.primary.start_standby(None).await);
+        }
+        self.standbys_follow = true;
+    }
+
+    /// Serves from `server`, already taking writes, behind the stable address.
+    pub fn serve_from(&mut self, server: TestPostgres) -> TestPostgres {
+        let old = std::mem::replace(&mut self.primary, server);
+        self.address.point_at(self.primary.port);
+        self.standbys_follow = false;
+        old
+    }
+
+    /// Back into the deployment's shape: every process running, standbys copied from the
+    /// primary that serves now. What did not need healing is left alone.
+    pub async fn heal(&mut self) {
+        self.standbys_of_the_primary().await;
+        let projector_died = self.projector.as_mut().is_none_or(|projector| projector.service.exited().is_some());
+        if projector_died {
+            self.projector = None;
+            self.start_projector().await;
+        }
+        for index in 0..API_PROCESSES {
+            let died = self.apis[index].as_mut().is_none_or(|api| api.service.exited().is_some());
+            if died {
+                self.take_api(index);
+                self.start_api(index).await;
+            }
+        }
+    }
+
+    /// The processes that exited by themselves (never struck down, so they crashed), with
+    /// the end of what each logged.
+    pub fn crashed(&mut self) -> Vec<String> {
+        let mut crashed = Vec::new();
+        if let Some(projector) = self.projector.as_mut() {
+            if let Some(status) = projector.service.exited() {
+                crashed.push(format!("the projector exited ({status}): {}", tail(&projector.log())));
+            }
+        }
+        for (index, api) in self.apis.iter_mut().enumerate() {
+            if let Some(api) = api.as_mut() {
+                if let Some(status) = api.service.exited() {
+                    crashed.push(format!("API process {index} exited ({status}): {}", tail(&api.service.stderr())));
+                }
+            }
+        }
+        crashed
+    }
+}
+
+/// A key per workspace with both read scopes, written before any standby or backup is
+/// made, so every copy of the database holds them.
+async fn issue_keys(url: &str) -> Vec<Tenant> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(url)
+        .await
+        .expect("connect to the read model");
+    let mut tenants = Vec::with_capacity(WORKSPACES);
+    for _ in 0..WORKSPACES {
+        let workspace = Uuid::new_v4();
+        let (_, key) =
+            lectern_tests::seed::create_key(&pool, workspace, &[Scope::ContactsRead, Scope::ItemsRead]).await;
+        tenants.push(Tenant { workspace, key });
+    }
+    pool.close().await;
+    tenants
+}
+
+/// The last lines of a process's log, for a report.
+pub fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
+}

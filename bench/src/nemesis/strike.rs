@@ -1,0 +1,164 @@
+//! How each fault of the catalogue is struck against the deployment: real processes killed,
+//! real servers crashed, promoted, restored and pointed at, as `docs/operations.md` has an
+//! operator do it and nothing more.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lectern_fixtures::prng::Prng;
+use lectern_tests::postgres::TestPostgres;
+use lectern_tests::projector::projector_command;
+use sqlx::{Connection, PgConnection};
+
+use super::deployment::{Deployment, API_PROCESSES};
+use super::faults::{Fault, FaultKind};
+use super::Strikes;
+
+/// Strikes `kind`. Faults that may fork the database's history are counted in `strikes`
+/// before and after, so a client handed a token in between may be told to start over.
+pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prng, strikes: &Strikes) {
+    let forks = Fault::of(kind).is_some_and(|fault| fault.may_start_over);
+    if forks {
+        strikes.forks.fetch_add(1, Ordering::SeqCst);
+    }
+    if matches!(
+        kind,
+        FaultKind::FailoverToLaggingStandby
+            | FaultKind::SecondFailoverToSibling
+            | FaultKind::OldPrimaryBehindSameAddress
+    ) {
+        deployment.standbys_of_the_primary().await;
+    }
+    match kind {
+        FaultKind::PostgresCrash => {
+            deployment.primary.stop().await;
+            tokio::time::sleep(pause(prng, 500, 3_000)).await;
+            deployment.primary.start().await;
+        }
+        FaultKind::FailoverToLaggingStandby => {
+            let lagging = lagging_standby(deployment, prng).await;
+            deployment.fail_over_to(lagging).await;
+        }
+        FaultKind::SecondFailoverToSibling => {
+            // Both standbys are stopped before the primary is lost, so neither sees the
+            // other's promotion: they are siblings.
+            let sibling = lagging_standby(deployment, prng).await;
+            let first = lagging_standby(deployment, prng).await;
+            deployment.fail_over_to(first).await;
+            tokio::time::sleep(pause(prng, 1_000, 4_000)).await;
+            deployment.fail_over_to(sibling).await;
+        }
+        FaultKind::OldPrimaryBehindSameAddress => {
+            let lagging = lagging_standby(deployment, prng).await;
+            let mut old = deployment.fail_over_to(lagging).await;
+            tokio::time::sleep(pause(prng, 1_000, 4_000)).await;
+            old.start().await;
+            let mut standby = deployment.serve_from(old);
+            standby.stop().await;
+        }
+        FaultKind::DumpRestoredTwice => {
+            let dump = deployment.primary.dump().await;
+            let first = restored_from(&dump).await;
+            // Lost, but kept until the step ends: the dump is in its directory.
+            let mut original = deployment.serve_from(first);
+            original.stop().await;
+            tokio::time::sleep(pause(prng, 1_000, 4_000)).await;
+            let second = restored_from(&dump).await;
+            let mut first = deployment.serve_from(second);
+            first.stop().await;
+            drop(original);
+        }
+        FaultKind::TransactionHeldOpen => {
+            let held = pause(prng, 2_000, 8_000);
+            let urls = [deployment.primary.url(), deployment.primary.url_for("postgres")];
+            for url in urls {
+                tokio::spawn(hold_a_transaction_open(url, held));
+            }
+        }
+        FaultKind::NatsRestart => {
+            deployment.nats.stop();
+            tokio::time::sleep(pause(prng, 500, 3_000)).await;
+            deployment.nats.restart().await;
+        }
+        FaultKind::ProjectorKill => {
+            if let Some(projector) = deployment.projector.take() {
+                projector.kill().await;
+            }
+            deployment.start_projector().await;
+        }
+        FaultKind::ApiKill => {
+            let index = prng.below(API_PROCESSES);
+            if let Some(api) = deployment.take_api(index) {
+                api.kill().await;
+            }
+            deployment.start_api(index).await;
+        }
+        FaultKind::ApiRestart => {
+            let index = prng.below(API_PROCESSES);
+            if let Some(api) = deployment.take_api(index) {
+                let _ = api.stop().await;
+            }
+            deployment.start_api(index).await;
+        }
+        FaultKind::RebuildKilled => {
+            let rebuild =
+                projector_command(&deployment.nats.url, &deployment.database_url()).arg("rebuild").json_logs().spawn();
+            tokio::time::sleep(pause(prng, 50, 800)).await;
+            // On a small read model the rebuild may have finished: then it was not killed
+            // mid-way, and nothing else is asked of it.
+            rebuild.signal("KILL");
+            let _ = rebuild.ended_within(Duration::from_secs(30)).await;
+        }
+        FaultKind::ListenerCut => {
+            let url = deployment.primary.url_for("postgres");
+            let _ = cut_listeners(&url).await;
+        }
+    }
+    if forks {
+        strikes.forks.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A standby stopped a moment before the primary is lost, so it misses the last writes;
+/// [`Deployment::fail_over_to`] starts it again once the primary is gone.
+async fn lagging_standby(deployment: &mut Deployment, prng: &mut Prng) -> TestPostgres {
+    let mut standby = deployment.standbys.pop().expect("the deployment keeps two standbys");
+    standby.stop().await;
+    tokio::time::sleep(pause(prng, 200, 2_000)).await;
+    standby
+}
+
+/// A fresh server, able to stream to standbys, with `dump` restored into it.
+async fn restored_from(dump: &std::path::Path) -> TestPostgres {
+    let server = TestPostgres::start_primary().await;
+    server.restore(dump).await;
+    server
+}
+
+/// A transaction holding a snapshot (and a transaction id) open for `held` on `url`'s
+/// database, then rolled back: what an operator's forgotten `psql` session does.
+async fn hold_a_transaction_open(url: String, held: Duration) {
+    let Ok(mut connection) = PgConnection::connect(&url).await else { return };
+    let Ok(mut transaction) = connection.begin().await else { return };
+    let _ = sqlx::query("select txid_current()").execute(&mut *transaction).await;
+    tokio::time::sleep(held).await;
+    let _ = transaction.rollback().await;
+}
+
+/// Cuts the API processes' change-listener connections (`pg_terminate_backend` on every
+/// session that listens), as a network blip or an idle-session reaper does.
+async fn cut_listeners(url: &str) -> Result<(), sqlx::Error> {
+    let mut connection = PgConnection::connect(url).await?;
+    sqlx::query(
+        "select pg_terminate_backend(pid) from pg_stat_activity \
+         where pid <> pg_backend_pid() and query ilike 'listen %'",
+    )
+    .execute(&mut connection)
+    .await?;
+    Ok(())
+}
+
+/// A random pause between `low` and `high` milliseconds.
+fn pause(prng: &mut Prng, low: i64, high: i64) -> Duration {
+    Duration::from_millis(prng.between(low, high).unsigned_abs())
+}
