@@ -186,6 +186,7 @@ async fn run_nemesis(options: &Options, nemesis: options::NemesisOptions) -> Res
         topology: nemesis.topology,
         run_for: std::time::Duration::from_secs(nemesis.minutes * 60),
         most_schedules: None,
+        first_schedule: nemesis.first_schedule,
         window: nemesis::WINDOW,
     };
     let outcome = tokio::select! {

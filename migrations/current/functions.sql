@@ -60,6 +60,7 @@ begin
         end if;
         perform set_config('lectern.read_model_writer', 'on', true);
     end if;
+    perform read_model_require_caught_up();
     return null;
 end;
 $function$;
@@ -187,10 +188,14 @@ begin
         into position_offset from read_model_histories as h;
         select h.history_id into newest_id from read_model_histories as h order by h.position_offset desc limit 1;
         history_id := read_model_new_history_id();
+        -- A history forked from another (a failover, a restore) may lack events the other
+        -- held: it is caught up once the ledger has applied them again. The first history
+        -- of a database lacks nothing.
         insert into read_model_histories
-            (system_identifier, timeline, database_oid, history_id, forked_from, position_offset, bound_served)
+            (system_identifier, timeline, database_oid, history_id, forked_from, position_offset, bound_served,
+             caught_up)
         values (this_system, this_timeline, this_database, history_id, newest_id, position_offset,
-                position_offset + pg_current_xact_id()::text::bigint)
+                position_offset + pg_current_xact_id()::text::bigint, newest_id is null)
         on conflict do nothing;
         get diagnostics inserted = row_count;
         if inserted = 0 then
@@ -214,6 +219,19 @@ CREATE OR REPLACE FUNCTION public.read_model_history_margin()
  IMMUTABLE
 AS $function$
     select 281474976710656::bigint
+$function$;
+
+-- function read_model_mark_caught_up(bigint)
+CREATE OR REPLACE FUNCTION public.read_model_mark_caught_up(expected bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ SET search_path TO 'public', 'pg_catalog'
+AS $function$
+    with current_history as (select h.history_id from read_model_history() as h)
+    update read_model_histories as h set caught_up = true
+    from current_history
+    where h.history_id = current_history.history_id and h.history_id = expected and not h.caught_up
+    returning true
 $function$;
 
 -- function read_model_new_history_id()
@@ -269,6 +287,35 @@ begin
         end if;
     end if;
     return (select h.position_offset from read_model_history() as h);
+end;
+$function$;
+
+-- function read_model_require_caught_up()
+CREATE OR REPLACE FUNCTION public.read_model_require_caught_up()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'public', 'pg_catalog'
+AS $function$
+declare
+    current_history bigint;
+    caught boolean;
+begin
+    if current_setting('lectern.applying_again', true) = 'on' then
+        return;
+    end if;
+    select h.history_id into current_history from read_model_history() as h;
+    if current_setting('lectern.caught_up', true) = current_history::text then
+        return;
+    end if;
+    select h.caught_up into caught from read_model_histories as h where h.history_id = current_history;
+    if caught then
+        perform set_config('lectern.caught_up', current_history::text, false);
+        return;
+    end if;
+    raise exception 'the read model''s history % has not yet taken back the events the history it was forked from held',
+        current_history
+        using errcode = 'LR001',
+              hint = 'The projector''s ledger applies them again from the stream within seconds; retry then.';
 end;
 $function$;
 

@@ -36,6 +36,10 @@ pub enum CommitMode {
     /// barrier ([`crate::daemon::durable_acks`]). A batch of one table's events with nothing
     /// refused, the usual kind, is then a single statement and one round trip.
     BeforeFlush,
+    /// Flushed, by the ledger applying again what a failover or a restore made the database
+    /// forget: allowed in a history that has not caught up yet (`lectern.applying_again`),
+    /// where every other write waits until it has.
+    AppliedAgain,
 }
 
 impl CommitMode {
@@ -49,6 +53,10 @@ impl CommitMode {
         match self {
             Self::Flushed => "begin; set local synchronous_commit = on; select read_model_begin_write()",
             Self::BeforeFlush => "begin; set local synchronous_commit = off; select read_model_begin_write()",
+            Self::AppliedAgain => {
+                "begin; set local synchronous_commit = on; select read_model_begin_write(); \
+                 select set_config('lectern.applying_again', 'on', true)"
+            }
         }
     }
 
@@ -56,7 +64,7 @@ impl CommitMode {
     /// flush, or flushed like `Flushed`.
     fn on_its_own(self) -> Commit {
         match self {
-            Self::Flushed => Commit::OnItsOwnFlushed,
+            Self::Flushed | Self::AppliedAgain => Commit::OnItsOwnFlushed,
             Self::BeforeFlush => Commit::OnItsOwnBeforeFlush,
         }
     }
@@ -85,7 +93,8 @@ pub async fn apply_batch(
             Err(error) => refused.push((message, error.to_string())),
         }
     }
-    let written = if refused.is_empty() {
+    // A single statement cannot say it applies again before its statement triggers run.
+    let written = if refused.is_empty() && mode != CommitMode::AppliedAgain {
         write_in_one_statement(pool, &events, sequences, mode).await
     } else {
         write_in_a_transaction(pool, &events, &refused, sequences, mode).await

@@ -56,12 +56,14 @@ pub fn is_transient_database_error(error: &sqlx::Error) -> bool {
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             // 08: connection exceptions; 53: insufficient resources (too many
             // connections); 57P: shutdown / cannot connect now; 57014: statement
-            // timeout; 40: serialization failure or deadlock.
+            // timeout; 40: serialization failure or deadlock; LR001: the read model's
+            // history has not yet taken back what a failover or a restore made it forget.
             code.starts_with("08")
                 || code.starts_with("53")
                 || code.starts_with("57P")
                 || code == "57014"
                 || code.starts_with("40")
+                || code == "LR001"
         }),
         _ => false,
     }

@@ -73,6 +73,8 @@ pub struct Settings {
     pub run_for: Duration,
     /// At most this many schedules (the tests' short run).
     pub most_schedules: Option<u64>,
+    /// The first schedule drawn: a replay of schedule N starts there.
+    pub first_schedule: u64,
     /// Each schedule strikes within this window, then the stack is healed and checked.
     pub window: Duration,
 }
@@ -134,7 +136,9 @@ pub async fn run(settings: &Settings) -> Outcome {
     }
 
     let mut outcome = Outcome::default();
-    for schedule in Schedules::new(settings.seed, settings.topology, settings.window) {
+    let schedules =
+        Schedules::new(settings.seed, settings.topology, settings.window).skip(settings.first_schedule as usize);
+    for schedule in schedules {
         let out_of_time = started.elapsed() >= settings.run_for;
         if out_of_time || settings.most_schedules.is_some_and(|most| outcome.schedules >= most) {
             break;

@@ -285,6 +285,9 @@ pub async fn reconcile(
         return Ok(reconciled);
     }
     let mut transaction = connection.begin().await?;
+    // The history the turn reconciles: marked caught up at the end unless it changed.
+    let history: i64 =
+        sqlx::query_scalar("select history_id from read_model_history()").fetch_one(&mut *transaction).await?;
     if let Some(lost) = follow(&mut transaction, stream_id).await? {
         reconciled.lost = lost;
     }
@@ -308,6 +311,11 @@ pub async fn reconcile(
         reconciled.applied_again += again.applied;
         lost_events::record(&mut *connection, stream_id, &again.not_in_stream, Why::NotInTheStream).await?;
         reconciled.lost.extend(again.not_in_stream);
+    }
+    let caught_up: Option<bool> =
+        sqlx::query_scalar("select read_model_mark_caught_up($1)").bind(history).fetch_one(&mut *connection).await?;
+    if caught_up == Some(true) {
+        tracing::info!(history, "the read model's history has taken back what it lacked; applying resumes");
     }
     sqlx::query("select pg_advisory_unlock($1)").bind(LEDGER_LOCK).execute(&mut *connection).await?;
     if reconciled.applied_again > 0 {
@@ -378,7 +386,7 @@ async fn apply(pool: &PgPool, stream: StreamId, batch: &[Received]) -> Result<u6
     if batch.is_empty() {
         return Ok(0);
     }
-    apply_batch(pool, stream, batch, CommitMode::Flushed).await?;
+    apply_batch(pool, stream, batch, CommitMode::AppliedAgain).await?;
     Ok(batch.len() as u64)
 }
 

@@ -11,6 +11,7 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod catch_up;
 mod connections;
 mod database;
 mod history;

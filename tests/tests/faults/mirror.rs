@@ -47,6 +47,14 @@ impl Mirror {
 
     /// Follows the feed from its token until `hasMore` is false.
     pub(crate) async fn follow(&mut self, app: &TestApp, key: &str) {
+        if let Err(reply) = self.try_follow(app, key).await {
+            panic!("the feed answered {}: {}", reply.status, reply.text);
+        }
+    }
+
+    /// [`Mirror::follow`], stopping at the first answer that is not a 200 (a 503 while the
+    /// database moves), which it returns.
+    pub(crate) async fn try_follow(&mut self, app: &TestApp, key: &str) -> Result<(), lectern_tests::Reply> {
         let feed = format!("/v1/{}/changes", self.resource);
         for _ in 0..1_000 {
             let query = match &self.token {
@@ -54,7 +62,9 @@ impl Mirror {
                 None => format!("{feed}?limit=100"),
             };
             let reply = app.get(key, &query).await;
-            reply.assert_ok();
+            if reply.status != 200 {
+                return Err(reply);
+            }
             for entry in reply.data() {
                 let id = entry["id"].as_str().expect("id").to_owned();
                 match entry["change"].as_str() {
@@ -68,7 +78,7 @@ impl Mirror {
             }
             self.token = Some(reply.body["syncToken"].as_str().expect("syncToken").to_owned());
             if reply.body["hasMore"] == Value::Bool(false) {
-                return;
+                return Ok(());
             }
         }
         panic!("the feed never said hasMore: false");
@@ -180,9 +190,15 @@ impl Stack {
     /// Everything on `server`, with a `contacts:read` key.
     pub(crate) async fn on(server: &TestPostgres) -> Self {
         lectern_api::reads::create_and_migrate(&server.url()).await.expect("migrate the primary");
+        Self::at(&server.url()).await
+    }
+
+    /// Everything on the migrated database at `url` (a forwarder's, standing for a stable
+    /// address), with a `contacts:read` key.
+    pub(crate) async fn at(url: &str) -> Self {
         let nats = TestNats::start().await;
         let client = nats.client().await;
-        let pool = pool(&server.url()).await;
+        let pool = pool(url).await;
         let projector = RunningProjector::start_consuming(&nats.url, pool.clone()).await;
         let app = TestApp::spawn(pool.clone()).await;
         let (workspace, key) = app.workspace_with_key().await;

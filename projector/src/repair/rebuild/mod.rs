@@ -157,6 +157,9 @@ pub async fn rebuild(client: async_nats::Client, database_url: &str, force: bool
     // taken before the transaction writes anything, so that the changes feed waits for
     // this transaction's corrections (`read_model_begin_write`).
     sqlx::query("select read_model_begin_write('share row exclusive')").execute(&mut *transaction).await?;
+    // Its corrections are the stream's newest versions: allowed in a history that has not
+    // caught up yet, as the ledger's are.
+    sqlx::query("select set_config('lectern.applying_again', 'on', true)").execute(&mut *transaction).await?;
     let end = stream.info().await.map_err(ProjectorError::nats("reading the stream's info"))?.state.last_sequence;
     let mut reading = read_through(&stream, subjects(None), through + 1, end).await?;
     let mut last_written = Vec::new();
