@@ -45,7 +45,7 @@ pub struct FeedClient {
     /// The highest version of each record this client has been served since it last
     /// started over, deleted ones included.
     highest: BTreeMap<String, i64>,
-    /// The count of history-forking faults when the token was handed out.
+    /// The count of history-forking faults when the token was first handed out.
     forks_at_token: u64,
     caught_up: bool,
     /// Set while the checker brings it up to date: no waiting, no dropping its mirror.
@@ -157,7 +157,11 @@ impl FeedClient {
                 self.mirror.remove(&id);
             }
         }
-        if let Some(token) = page["syncToken"].as_str() {
+        // A token dates from when it was first handed out: a caught-up poll answered from
+        // an API process's memory hands the same token back, of the history the process last
+        // saw, even when the database has moved to a sibling since. That token is told to
+        // start over later, rightly, as it was before the move.
+        if let Some(token) = page["syncToken"].as_str().filter(|token| self.token.as_deref() != Some(*token)) {
             self.token = Some(token.to_owned());
             self.forks_at_token = forks_before;
         }

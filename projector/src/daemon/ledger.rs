@@ -303,14 +303,20 @@ pub async fn reconcile(
              lost their commits); applying them again from the stream"
         );
     }
-    // Each batch applied again records its own sequences as it commits; what the stream no
-    // longer holds is recorded as lost after the span. Dying midway leaves some applied and
-    // the rest found missing again next time: harmless.
-    for span in reconciled.missing.clone() {
-        let again = apply_again(pool, stream, stream_id, span).await?;
-        reconciled.applied_again += again.applied;
-        lost_events::record(&mut *connection, stream_id, &again.not_in_stream, Why::NotInTheStream).await?;
-        reconciled.lost.extend(again.not_in_stream);
+    // Newest first: a chunk at a time from the end of the last span back, each chunk one
+    // commit holding the newest version of each of its records, so that no version is
+    // committed after a newer one of the same record (clients following the feed already
+    // had the newest; an older one committed on the way would be served to them as a
+    // change). Each chunk records its own sequences as it commits; what the stream no
+    // longer holds is recorded as lost after the chunk. Dying midway leaves some applied
+    // and the rest found missing again next time: harmless.
+    for span in reconciled.missing.iter().rev() {
+        for chunk in newest_first(*span) {
+            let again = apply_again(pool, stream, stream_id, chunk).await?;
+            reconciled.applied_again += again.applied;
+            lost_events::record(&mut *connection, stream_id, &again.not_in_stream, Why::NotInTheStream).await?;
+            reconciled.lost.extend(again.not_in_stream);
+        }
     }
     let caught_up: Option<bool> =
         sqlx::query_scalar("select read_model_mark_caught_up($1)").bind(history).fetch_one(&mut *connection).await?;
@@ -332,31 +338,39 @@ struct AppliedAgain {
     not_in_stream: Vec<Span>,
 }
 
-/// Applies the events of `span` again, each batch recording its own sequences. Every
-/// sequence of the span is either applied or found missing from the stream (deleted, or
-/// before its first event) one by one: none is taken as lost on the word of a read that
-/// may have ended early.
+/// `span` in chunks of at most [`history::BATCH`] sequences, the last chunk first.
+fn newest_first(span: Span) -> impl Iterator<Item = Span> {
+    let size = history::BATCH as u64;
+    let chunks = span.events().div_ceil(size);
+    (0..chunks).rev().map(move |index| {
+        let first = span.first + index * size;
+        Span { first, last: (first + size - 1).min(span.last) }
+    })
+}
+
+/// Applies the events of `span` (one chunk) again in one commit, which records its
+/// sequences. Every sequence of the span is either applied or found missing from the
+/// stream (deleted, or before its first event) one by one: none is taken as lost on the
+/// word of a read that may have ended early.
 async fn apply_again(
     pool: &PgPool,
     stream: &Stream,
     stream_id: StreamId,
     span: Span,
 ) -> Result<AppliedAgain, ProjectorError> {
-    let mut applied = 0;
-    let mut received = BTreeSet::new();
+    let mut chunk: Vec<Received> = Vec::new();
     if span.events() > FETCH_ONE_BY_ONE {
         let mut reading = read_through(stream, subjects(None), span.first, span.last).await?;
         while let Some(batch) = reading.batches.recv().await {
-            let batch = batch?;
-            received.extend(batch.iter().map(|message| message.stream_sequence));
-            applied += apply(pool, stream_id, &batch).await?;
+            chunk.extend(batch?);
         }
     }
-    let mut batch = Vec::new();
+    let read_through_the_consumer = chunk.len();
+    let received: BTreeSet<u64> = chunk.iter().map(|message| message.stream_sequence).collect();
     let mut not_in_stream: Vec<Span> = Vec::new();
     for sequence in (span.first..=span.last).filter(|sequence| !received.contains(sequence)) {
         match stream.get_raw_message(sequence).await {
-            Ok(message) => batch.push(Received {
+            Ok(message) => chunk.push(Received {
                 subject: message.subject.to_string(),
                 stream_sequence: sequence,
                 payload: message.payload.to_vec(),
@@ -367,17 +381,14 @@ async fn apply_again(
             },
             Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
         }
-        if batch.len() == history::BATCH {
-            applied += apply(pool, stream_id, &std::mem::take(&mut batch)).await?;
-        }
     }
-    if span.events() > FETCH_ONE_BY_ONE && !batch.is_empty() {
+    if span.events() > FETCH_ONE_BY_ONE && chunk.len() > read_through_the_consumer {
         tracing::warn!(
-            sequences = ?batch.iter().map(|message| message.stream_sequence).collect::<Vec<_>>(),
+            sequences = ?chunk[read_through_the_consumer..].iter().map(|message| message.stream_sequence).collect::<Vec<_>>(),
             "reading the stream through an ordered consumer left out these events; fetched one by one"
         );
     }
-    applied += apply(pool, stream_id, &batch).await?;
+    let applied = apply(pool, stream_id, &chunk).await?;
     Ok(AppliedAgain { applied, not_in_stream })
 }
 
@@ -420,5 +431,21 @@ pub async fn keep(pool: PgPool, stream: Stream, consumer: PullConsumer, shutdown
             () = tokio::time::sleep(RECONCILE_EVERY) => {}
             () = shutdown.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_is_applied_again_from_its_last_chunk_back_each_sequence_once() {
+        let span = Span { first: 12, last: 2_132 };
+        let chunks: Vec<Span> = newest_first(span).collect();
+        assert_eq!(chunks.first().map(|chunk| chunk.last), Some(2_132), "the end comes first");
+        assert!(chunks.windows(2).all(|pair| pair[1].last + 1 == pair[0].first), "{chunks:?}");
+        assert_eq!(chunks.last().map(|chunk| chunk.first), Some(12));
+        assert!(chunks.iter().all(|chunk| chunk.events() <= history::BATCH as u64));
+        assert_eq!(newest_first(Span { first: 5, last: 5 }).collect::<Vec<_>>(), vec![Span { first: 5, last: 5 }]);
     }
 }

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use lectern_tests::forwarder::Forwarder;
 use lectern_tests::postgres::TestPostgres;
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use crate::mirror::{all_acknowledged, listing, publish_versions, Mirror, Stack};
+use crate::mirror::{all_acknowledged, listing, publish_versions, replayed, Mirror, Stack};
 
 /// Longer than two turns of the ledger (`RECONCILE_EVERY`, 5 s): the window in which the
 /// older version was served.
@@ -78,5 +79,74 @@ async fn an_old_event_sent_again_after_a_restore_never_takes_a_record_back_to_an
     assert_eq!(listed.len(), contacts.len());
     let names: Vec<&str> = listed.values().filter_map(|record| record["name"].as_str()).collect();
     assert!(names.iter().all(|name| name.ends_with(" v3")), "{names:?}");
+    projector.stop().await;
+}
+
+/// The rule, for what the ledger applies again: no version of a record is committed after a
+/// newer one, so a client that had version 3 is never served version 2 on the way, even
+/// when the events the database lost take more than one commit to apply again. The standby
+/// misses 1,121 events (more than one batch of 1,000): version 2 of ten contacts near the
+/// start, version 3 near the end. A row lock the test holds on the promoted standby stops
+/// the ledger at the chunk that holds the end, which it applies first now; before, it
+/// applied the start first, and committed version 2 while the rest waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_applied_again_after_a_failover_never_take_a_record_back_to_an_older_version() {
+    let mut primary = TestPostgres::start_primary().await;
+    lectern_api::reads::create_and_migrate(&primary.url()).await.expect("migrate the primary");
+    let mut standby = primary.start_standby(None).await;
+    let address = Forwarder::start(primary.port).await;
+    let Stack { nats: _running, client, projector, app, workspace, key, .. } =
+        Stack::at(&address.url_for("lectern")).await;
+
+    let contacts: Vec<Uuid> = (0..10).map(|_| Uuid::new_v4()).collect();
+    let held = Uuid::new_v4();
+    publish_versions(&client, workspace, &contacts, 1).await;
+    publish_versions(&client, workspace, &[held], 1).await;
+    all_acknowledged(&client).await;
+    replayed(&primary, &standby).await;
+    standby.stop().await;
+
+    // What the standby misses: version 2, a thousand and more events, then version 3.
+    publish_versions(&client, workspace, &contacts, 2).await;
+    let fillers: Vec<Uuid> = (0..1_100).map(|_| Uuid::new_v4()).collect();
+    publish_versions(&client, workspace, &fillers, 1).await;
+    publish_versions(&client, workspace, &[held], 2).await;
+    publish_versions(&client, workspace, &contacts, 3).await;
+    all_acknowledged(&client).await;
+    let mut follower = Mirror::default();
+    assert!(follower.converges_to_the_listing(&app, &key).await, "the feed before the failover");
+
+    // The failover; the row of `held` locked on the new primary before the address moves.
+    primary.stop().await;
+    standby.start().await;
+    standby.promote().await;
+    let mut lock = PgConnection::connect(&standby.url()).await.expect("connect to the promoted standby");
+    let mut holding = lock.begin().await.expect("begin");
+    sqlx::query("select 1 from contacts where id = $1 for update")
+        .bind(held)
+        .execute(&mut *holding)
+        .await
+        .expect("lock the row");
+    address.point_at(standby.port);
+
+    let until = Instant::now() + WATCHED_FOR;
+    while Instant::now() < until {
+        let _ = follower.try_follow(&app, &key).await;
+        let behind: Vec<String> = contacts
+            .iter()
+            .filter_map(|id| follower.records.get(&id.to_string()))
+            .filter_map(|record| record["name"].as_str())
+            .filter(|name| !name.ends_with(" v3"))
+            .map(str::to_owned)
+            .collect();
+        assert!(behind.is_empty(), "the client was served older versions while events were applied again: {behind:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    holding.commit().await.expect("release the row");
+    assert!(follower.converges_to_the_listing(&app, &key).await, "the feed after the failover");
+    let listed = listing(&app, &key).await;
+    for id in &contacts {
+        assert_eq!(listed[&id.to_string()]["name"], format!("{id} v3"));
+    }
     projector.stop().await;
 }
