@@ -56,6 +56,19 @@ impl Endpoints {
     }
 }
 
+/// The cursor secrets one API process is started with: the one it signs with, and those it
+/// still accepts.
+#[derive(Clone, Debug)]
+pub struct CursorSecrets {
+    pub signing: String,
+    pub previous: Vec<String>,
+}
+
+/// A fresh cursor secret, random enough for a test deployment.
+pub fn new_secret() -> String {
+    format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
+}
+
 /// The running deployment.
 pub struct Deployment {
     /// The server the stable address points at.
@@ -70,6 +83,8 @@ pub struct Deployment {
     pub nats: TestNats,
     pub projector: Option<ProjectorProcess>,
     pub apis: Vec<Option<Serve>>,
+    /// What each API process is (re)started with: a rotation changes them one by one.
+    pub cursor_secrets: Vec<CursorSecrets>,
     pub endpoints: Endpoints,
     pub tenants: Vec<Tenant>,
 }
@@ -95,6 +110,7 @@ impl Deployment {
             nats,
             projector: None,
             apis: (0..API_PROCESSES).map(|_| None).collect(),
+            cursor_secrets: vec![CursorSecrets { signing: new_secret(), previous: Vec::new() }; API_PROCESSES],
             endpoints: Endpoints::default(),
             tenants,
         };
@@ -116,9 +132,23 @@ impl Deployment {
     }
 
     pub async fn start_api(&mut self, index: usize) {
-        let serve = Serve::on(&self.database_url()).start().await;
+        let secrets = &self.cursor_secrets[index];
+        let mut serve = Serve::on(&self.database_url()).env("LECTERN_CURSOR_SECRET", &secrets.signing);
+        if !secrets.previous.is_empty() {
+            serve = serve.env("LECTERN_PREVIOUS_CURSOR_SECRETS", &secrets.previous.join(","));
+        }
+        let serve = serve.start().await;
         self.endpoints.set(index, Some(serve.api.clone()));
         self.apis[index] = Some(serve);
+    }
+
+    /// Restarts API process `index` the way a rolling restart does: SIGTERM, a clean exit,
+    /// then a new process with the settings it has now.
+    pub async fn restart_api(&mut self, index: usize) {
+        if let Some(api) = self.take_api(index) {
+            let _ = api.stop().await;
+        }
+        self.start_api(index).await;
     }
 
     /// Takes API process `index` out of the clients' rotation and hands it over.

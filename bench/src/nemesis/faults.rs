@@ -45,11 +45,12 @@ pub enum FaultKind {
     ApiRestart,
     RebuildKilled,
     ListenerCut,
+    SecretRotation,
 }
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,
@@ -62,6 +63,7 @@ impl FaultKind {
         Self::ApiRestart,
         Self::RebuildKilled,
         Self::ListenerCut,
+        Self::SecretRotation,
     ];
 }
 
@@ -92,6 +94,7 @@ pub const CATALOGUE: &[Fault] = &[
     fault(FaultKind::ApiRestart, "api-sigterm-restart", None, false),
     fault(FaultKind::RebuildKilled, "rebuild-killed", None, false),
     fault(FaultKind::ListenerCut, "listener-connection-cut", None, false),
+    fault(FaultKind::SecretRotation, "cursor-secret-rotation", None, false),
 ];
 
 const fn fault(kind: FaultKind, name: &'static str, only_on: Option<Topology>, may_start_over: bool) -> Fault {

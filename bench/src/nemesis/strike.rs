@@ -10,7 +10,7 @@ use lectern_tests::postgres::TestPostgres;
 use lectern_tests::projector::projector_command;
 use sqlx::{Connection, PgConnection};
 
-use super::deployment::{Deployment, API_PROCESSES};
+use super::deployment::{new_secret, Deployment, API_PROCESSES};
 use super::faults::{Fault, FaultKind};
 use super::Strikes;
 
@@ -93,13 +93,8 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
             }
             deployment.start_api(index).await;
         }
-        FaultKind::ApiRestart => {
-            let index = prng.below(API_PROCESSES);
-            if let Some(api) = deployment.take_api(index) {
-                let _ = api.stop().await;
-            }
-            deployment.start_api(index).await;
-        }
+        FaultKind::ApiRestart => deployment.restart_api(prng.below(API_PROCESSES)).await,
+        FaultKind::SecretRotation => rotate_the_cursor_secret(deployment, prng).await,
         FaultKind::RebuildKilled => {
             let rebuild =
                 projector_command(&deployment.nats.url, &deployment.database_url()).arg("rebuild").json_logs().spawn();
@@ -116,6 +111,31 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
     }
     if forks {
         strikes.forks.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Secrets retired after this many rotations: every client here syncs within seconds, so a
+/// token older than that is never held.
+const PREVIOUS_SECRETS_KEPT: usize = 3;
+
+/// The cursor secret rotated as `docs/operations.md` says: the new secret accepted by
+/// every API process first, then signing, each step a rolling restart (SIGTERM, a new
+/// process) with a pause between processes in which clients reach both.
+async fn rotate_the_cursor_secret(deployment: &mut Deployment, prng: &mut Prng) {
+    let new = new_secret();
+    for index in 0..API_PROCESSES {
+        deployment.cursor_secrets[index].previous.insert(0, new.clone());
+        deployment.restart_api(index).await;
+        tokio::time::sleep(pause(prng, 500, 2_000)).await;
+    }
+    for index in 0..API_PROCESSES {
+        let secrets = &mut deployment.cursor_secrets[index];
+        let old = std::mem::replace(&mut secrets.signing, new.clone());
+        secrets.previous.retain(|secret| *secret != new);
+        secrets.previous.insert(0, old);
+        secrets.previous.truncate(PREVIOUS_SECRETS_KEPT);
+        deployment.restart_api(index).await;
+        tokio::time::sleep(pause(prng, 500, 2_000)).await;
     }
 }
 

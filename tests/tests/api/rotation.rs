@@ -76,3 +76,41 @@ async fn cursors_and_tokens_of_a_listed_previous_secret_keep_working_and_new_one
     let retired = after.get(&key, &format!("/v1/contacts/changes?limit=2&since={}", urlencode(&old_token))).await;
     assert_refused_as_retired(&retired, "since");
 }
+
+/// The rule, for a fleet mid-rotation as the operations guide runs it (found by the
+/// nemesis, which rotated the secret with two API processes restarted one by one): at every
+/// point of both rolling restarts, a token and a cursor handed out by either process are
+/// taken by the other. Step 1 adds the new secret as accepted everywhere, step 2 makes it
+/// the signing one; midway through step 2 one process signs with the new secret while the
+/// other still signs with the old.
+#[tokio::test]
+async fn midway_through_each_step_of_a_rotation_each_process_takes_what_the_other_signs() {
+    let db = TestDatabase::create().await;
+    let not_yet_restarted = signed_with(&db, BEFORE, &[]).await;
+    let (workspace, key) = not_yet_restarted.workspace_with_key().await;
+    insert_contacts(&db.pool, workspace, "Fleet", 6).await;
+    not_yet_restarted.heard_every_commit().await;
+    let step_one_done = signed_with(&db, BEFORE, &[AFTER]).await;
+    let step_two_done = signed_with(&db, AFTER, &[BEFORE]).await;
+
+    for (first, second, midway) in
+        [(&step_one_done, &not_yet_restarted, "step 1"), (&step_two_done, &step_one_done, "step 2")]
+    {
+        for (from, to) in [(first, second), (second, first)] {
+            let changes = from.get(&key, "/v1/contacts/changes?limit=2").await;
+            let page = from.get(&key, "/v1/contacts?limit=2").await;
+            let token = field(&changes, "/syncToken");
+            let cursor = field(&page, "/page/nextCursor");
+            let followed = to.get(&key, &format!("/v1/contacts/changes?limit=2&since={}", urlencode(&token))).await;
+            assert_eq!(followed.status, 200, "midway through {midway}, a token was refused: {}", followed.text);
+            let next = to.get(&key, &format!("/v1/contacts?limit=2&cursor={}", urlencode(&cursor))).await;
+            assert_eq!(next.status, 200, "midway through {midway}, a cursor was refused: {}", next.text);
+        }
+    }
+    // What step 1 is for: without it, midway through the swap the process not yet restarted
+    // refuses what the restarted one signs.
+    let token = field(&step_two_done.get(&key, "/v1/contacts/changes?limit=2").await, "/syncToken");
+    let refused =
+        not_yet_restarted.get(&key, &format!("/v1/contacts/changes?limit=2&since={}", urlencode(&token))).await;
+    assert_refused_as_retired(&refused, "since");
+}
