@@ -124,7 +124,7 @@ pub async fn run(options: Options) -> Result<String> {
         })
         .await;
     }
-    if let Some(nemesis) = options.nemesis {
+    if let Some(nemesis) = options.nemesis.clone() {
         return run_nemesis(&options, nemesis).await;
     }
     let wrk = infra::tool("wrk", "install it with `apt-get install -y wrk`")?;
@@ -187,6 +187,7 @@ async fn run_nemesis(options: &Options, nemesis: options::NemesisOptions) -> Res
         run_for: std::time::Duration::from_secs(nemesis.minutes * 60),
         most_schedules: None,
         first_schedule: nemesis.first_schedule,
+        replay: nemesis.replay,
         window: nemesis::WINDOW,
     };
     let outcome = tokio::select! {

@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::nemesis::faults::Topology;
+use crate::nemesis::schedule::Schedule;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--long-polls] [--nemesis --minutes N [--seed S] [--schedule N] [--topology single]] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--long-polls] [--nemesis --minutes N [--seed S] [--schedule N | --replay TEXT] [--topology single]] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -60,8 +61,10 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
   --minutes N        with --nemesis: how long to draw schedules (default 10)
   --seed S           with --nemesis: the seed the schedules are drawn from (default: the clock);
                      the same seed replays the same schedules
-  --schedule N       with --nemesis: start at schedule N of the seed (a replay of what a
-                     violation names)
+  --schedule N       with --nemesis: start at schedule N of the seed
+  --replay TEXT      with --nemesis: strike the one schedule TEXT names, as a violation
+                     prints it ('0.756s projector-kill-9, 0.887s dump-restored-twice'); with the
+                     violation's --seed, the publisher sends the same events
   --topology T       with --nemesis: single (one nats-server, one projector; the default)
   --keep             keep the benchmark databases and the work directory (with --replicas, the
                      private servers' directories, stopped)
@@ -75,11 +78,12 @@ overrides), nats-server (/usr/sbin/nats-server or LECTERN_TEST_NATS_SERVER), wrk
 (LECTERN_TEST_PG_USER) when the bench runs as root.";
 
 /// What `--nemesis` runs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct NemesisOptions {
     pub minutes: u64,
     pub seed: u64,
     pub first_schedule: u64,
+    pub replay: Option<Schedule>,
     pub topology: Topology,
 }
 
@@ -158,6 +162,7 @@ impl Options {
         let mut seed = None;
         let mut topology = None;
         let mut first_schedule = None;
+        let mut replay = None;
         let command_line = args.join(" ");
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -190,6 +195,10 @@ impl Options {
                 "--minutes" => minutes = Some(number(&value("--minutes")?, "--minutes", 1)? as u64),
                 "--seed" => seed = Some(number(&value("--seed")?, "--seed", 0)? as u64),
                 "--schedule" => first_schedule = Some(number(&value("--schedule")?, "--schedule", 0)? as u64),
+                "--replay" => {
+                    replay =
+                        Some(Schedule::parse(&value("--replay")?).map_err(|problem| format!("--replay: {problem}"))?)
+                }
                 "--topology" => {
                     topology = match value("--topology")?.as_str() {
                         "single" => Some(Topology::Single),
@@ -231,8 +240,14 @@ impl Options {
                     .to_owned(),
             );
         }
-        if !nemesis && (minutes.is_some() || seed.is_some() || topology.is_some() || first_schedule.is_some()) {
-            return Err("--minutes, --seed, --schedule and --topology go with --nemesis".to_owned());
+        if !nemesis
+            && (minutes.is_some()
+                || seed.is_some()
+                || topology.is_some()
+                || first_schedule.is_some()
+                || replay.is_some())
+        {
+            return Err("--minutes, --seed, --schedule, --replay and --topology go with --nemesis".to_owned());
         }
         if nemesis && (long_polls || webhooks || feed || replicas || verify || soak_for.is_some() || projector_only) {
             return Err("--nemesis is a run of its own".to_owned());
@@ -242,6 +257,7 @@ impl Options {
             seed: seed.unwrap_or_else(|| chrono::Utc::now().timestamp().unsigned_abs()),
             topology: topology.unwrap_or(Topology::Single),
             first_schedule: first_schedule.unwrap_or(0),
+            replay,
         });
         let (default_contacts, default_run, steady_for) = match scale {
             Scale::Full => (1_000_000, 10, 20),

@@ -10,13 +10,16 @@
 use std::time::Duration;
 
 use lectern_bench::nemesis::faults::Topology;
+use lectern_bench::nemesis::schedule::Schedule;
 use lectern_bench::nemesis::{run, Settings};
 
-/// `schedules` schedules of `seed` from schedule `first`, each struck within `window`.
-async fn violations(seed: u64, first: u64, schedules: u64, window: Duration) -> Vec<String> {
+/// `schedules` schedules of `seed` (or the one `replay` names), each struck within `window`.
+async fn violations(seed: u64, replay: Option<&str>, schedules: u64, window: Duration) -> Vec<String> {
+    let replay = replay.map(|text| Schedule::parse(text).unwrap_or_else(|problem| panic!("{problem}")));
     let settings = Settings {
         seed,
-        first_schedule: first,
+        first_schedule: 0,
+        replay,
         topology: Topology::Single,
         run_for: Duration::from_secs(3_600),
         most_schedules: Some(schedules),
@@ -35,17 +38,25 @@ async fn violations(seed: u64, first: u64, schedules: u64, window: Duration) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_seeded_nemesis_run_breaks_no_promise() {
-    let found = violations(1, 0, 3, Duration::from_secs(8)).await;
+    let found = violations(1, None, 3, Duration::from_secs(8)).await;
     assert!(found.is_empty(), "{found:#?}");
 }
 
-/// The nemesis' first finding, replayed: seed 2's first schedule (a projector killed, one
-/// dump restored twice, a rebuild killed) while the publisher redelivers old events. On the
-/// restored database a redelivered older version was applied before the ledger applied
-/// again the newer ones the dump lacked, and clients that had the newer one saw the record
-/// go back (`tests/tests/faults/catch_up.rs` holds the deterministic case).
+/// The schedule that found the nemesis' first finding, struck again with the same seed's
+/// publisher (a projector killed, one dump restored twice, a rebuild killed, while old
+/// events are redelivered): on the restored database a redelivered older version was
+/// applied before the ledger applied again the newer ones the dump lacked, and clients saw
+/// records go back. It showed twice in two runs before the fix; whether it shows depends on
+/// timing, so the rule's deterministic test is `tests/tests/faults/catch_up.rs`, and this
+/// keeps the schedule in the short run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_older_version_is_not_served_after_a_restore() {
-    let found = violations(2, 0, 1, Duration::from_secs(8)).await;
+    let found = violations(
+        2,
+        Some("0.756s projector-kill-9, 0.887s dump-restored-twice, 4.372s rebuild-killed"),
+        1,
+        Duration::from_secs(8),
+    )
+    .await;
     assert!(found.is_empty(), "{found:#?}");
 }

@@ -75,6 +75,8 @@ pub struct Settings {
     pub most_schedules: Option<u64>,
     /// The first schedule drawn: a replay of schedule N starts there.
     pub first_schedule: u64,
+    /// Instead of drawing schedules, strike this one (as a violation printed it).
+    pub replay: Option<schedule::Schedule>,
     /// Each schedule strikes within this window, then the stack is healed and checked.
     pub window: Duration,
 }
