@@ -303,20 +303,16 @@ pub async fn reconcile(
              lost their commits); applying them again from the stream"
         );
     }
-    // Newest first: a chunk at a time from the end of the last span back, each chunk one
-    // commit holding the newest version of each of its records, so that no version is
-    // committed after a newer one of the same record (clients following the feed already
-    // had the newest; an older one committed on the way would be served to them as a
-    // change). Each chunk records its own sequences as it commits; what the stream no
-    // longer holds is recorded as lost after the chunk. Dying midway leaves some applied
-    // and the rest found missing again next time: harmless.
-    for span in reconciled.missing.iter().rev() {
-        for chunk in newest_first(*span) {
-            let again = apply_again(pool, stream, stream_id, chunk).await?;
-            reconciled.applied_again += again.applied;
-            lost_events::record(&mut *connection, stream_id, &again.not_in_stream, Why::NotInTheStream).await?;
-            reconciled.lost.extend(again.not_in_stream);
-        }
+    // Each record once, at the newest version the span holds of it: clients following the
+    // feed already had the newest, and an older one committed on the way (an earlier event
+    // of the span, or an old one an upstream sent again late in it) would be served to
+    // them as a change. Dying midway leaves some applied and the rest found missing again
+    // next time: harmless.
+    for span in reconciled.missing.clone() {
+        let again = apply_again(pool, stream, stream_id, span).await?;
+        reconciled.applied_again += again.applied;
+        lost_events::record(&mut *connection, stream_id, &again.not_in_stream, Why::NotInTheStream).await?;
+        reconciled.lost.extend(again.not_in_stream);
     }
     let caught_up: Option<bool> =
         sqlx::query_scalar("select read_model_mark_caught_up($1)").bind(history).fetch_one(&mut *connection).await?;
@@ -338,43 +334,42 @@ struct AppliedAgain {
     not_in_stream: Vec<Span>,
 }
 
-/// `span` in chunks of at most [`history::BATCH`] sequences, the last chunk first.
-fn newest_first(span: Span) -> impl Iterator<Item = Span> {
-    let size = history::BATCH as u64;
-    let chunks = span.events().div_ceil(size);
-    (0..chunks).rev().map(move |index| {
-        let first = span.first + index * size;
-        Span { first, last: (first + size - 1).min(span.last) }
-    })
-}
-
-/// Applies the events of `span` (one chunk) again in one commit, which records its
-/// sequences. Every sequence of the span is either applied or found missing from the
-/// stream (deleted, or before its first event) one by one: none is taken as lost on the
-/// word of a read that may have ended early.
+/// Applies the events of `span` again: first it reads them all, keeping the newest event
+/// of each record (and every event that does not decode, for the dead letters), then it
+/// applies those in batches, each of which records its own sequences, and records the
+/// span's older events as applied at the end. So no version is committed after a newer one
+/// of the same record, whatever the order of the span. Every sequence of the span is either
+/// read or found missing from the stream (deleted, or before its first event) one by one:
+/// none is taken as lost on the word of a read that may have ended early.
 async fn apply_again(
     pool: &PgPool,
     stream: &Stream,
     stream_id: StreamId,
     span: Span,
 ) -> Result<AppliedAgain, ProjectorError> {
-    let mut chunk: Vec<Received> = Vec::new();
+    let mut newest = Newest::default();
+    let mut received = BTreeSet::new();
     if span.events() > FETCH_ONE_BY_ONE {
         let mut reading = read_through(stream, subjects(None), span.first, span.last).await?;
         while let Some(batch) = reading.batches.recv().await {
-            chunk.extend(batch?);
+            for message in batch? {
+                received.insert(message.stream_sequence);
+                newest.keep(message);
+            }
         }
     }
-    let read_through_the_consumer = chunk.len();
-    let received: BTreeSet<u64> = chunk.iter().map(|message| message.stream_sequence).collect();
+    let mut one_by_one = Vec::new();
     let mut not_in_stream: Vec<Span> = Vec::new();
     for sequence in (span.first..=span.last).filter(|sequence| !received.contains(sequence)) {
         match stream.get_raw_message(sequence).await {
-            Ok(message) => chunk.push(Received {
-                subject: message.subject.to_string(),
-                stream_sequence: sequence,
-                payload: message.payload.to_vec(),
-            }),
+            Ok(message) => {
+                one_by_one.push(sequence);
+                newest.keep(Received {
+                    subject: message.subject.to_string(),
+                    stream_sequence: sequence,
+                    payload: message.payload.to_vec(),
+                });
+            }
             Err(error) if error.kind() == RawMessageErrorKind::NoMessageFound => match not_in_stream.last_mut() {
                 Some(last) if last.last + 1 == sequence => last.last = sequence,
                 _ => not_in_stream.push(Span { first: sequence, last: sequence }),
@@ -382,14 +377,70 @@ async fn apply_again(
             Err(error) => return Err(ProjectorError::nats("reading an event to apply again")(error)),
         }
     }
-    if span.events() > FETCH_ONE_BY_ONE && chunk.len() > read_through_the_consumer {
+    if span.events() > FETCH_ONE_BY_ONE && !one_by_one.is_empty() {
         tracing::warn!(
-            sequences = ?chunk[read_through_the_consumer..].iter().map(|message| message.stream_sequence).collect::<Vec<_>>(),
+            sequences = ?one_by_one,
             "reading the stream through an ordered consumer left out these events; fetched one by one"
         );
     }
-    let applied = apply(pool, stream_id, &chunk).await?;
+    let mut applied = 0;
+    let to_apply = newest.into_messages();
+    for batch in to_apply.chunks(history::BATCH) {
+        applied += apply(pool, stream_id, batch).await?;
+    }
+    // The span's older events, which the newest of their records made moot: held now.
+    let mut connection = pool.acquire().await?;
+    for held in held_spans(span, &not_in_stream) {
+        record_span(&mut connection, stream_id, held).await?;
+    }
     Ok(AppliedAgain { applied, not_in_stream })
+}
+
+/// The newest event of each record read so far, and every event that does not decode.
+#[derive(Default)]
+struct Newest {
+    by_record: std::collections::HashMap<(lectern_schema::events::EntityKind, uuid::Uuid, uuid::Uuid), (i64, Received)>,
+    undecodable: Vec<Received>,
+}
+
+impl Newest {
+    fn keep(&mut self, message: Received) {
+        let Ok(event) = lectern_schema::events::ChangeEvent::decode_from(&message.subject, &message.payload) else {
+            self.undecodable.push(message);
+            return;
+        };
+        let key = (event.event_type.entity, event.workspace_id, event.entity_id);
+        match self.by_record.get(&key) {
+            Some((version, _)) if *version >= event.version => {}
+            _ => {
+                self.by_record.insert(key, (event.version, message));
+            }
+        }
+    }
+
+    /// What to apply, in stream order.
+    fn into_messages(self) -> Vec<Received> {
+        let mut messages: Vec<Received> =
+            self.by_record.into_values().map(|(_, message)| message).chain(self.undecodable).collect();
+        messages.sort_by_key(|message| message.stream_sequence);
+        messages
+    }
+}
+
+/// `span` without the sequences `not_in_stream` names.
+fn held_spans(span: Span, not_in_stream: &[Span]) -> Vec<Span> {
+    let mut held = Vec::new();
+    let mut next = span.first;
+    for gap in not_in_stream {
+        if gap.first > next {
+            held.push(Span { first: next, last: gap.first - 1 });
+        }
+        next = gap.last + 1;
+    }
+    if next <= span.last {
+        held.push(Span { first: next, last: span.last });
+    }
+    held
 }
 
 /// Applies `batch` with a flushed commit: nothing acknowledges it afterwards.
@@ -439,13 +490,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_span_is_applied_again_from_its_last_chunk_back_each_sequence_once() {
-        let span = Span { first: 12, last: 2_132 };
-        let chunks: Vec<Span> = newest_first(span).collect();
-        assert_eq!(chunks.first().map(|chunk| chunk.last), Some(2_132), "the end comes first");
-        assert!(chunks.windows(2).all(|pair| pair[1].last + 1 == pair[0].first), "{chunks:?}");
-        assert_eq!(chunks.last().map(|chunk| chunk.first), Some(12));
-        assert!(chunks.iter().all(|chunk| chunk.events() <= history::BATCH as u64));
-        assert_eq!(newest_first(Span { first: 5, last: 5 }).collect::<Vec<_>>(), vec![Span { first: 5, last: 5 }]);
+    fn a_span_is_held_but_for_what_the_stream_no_longer_has() {
+        let span = Span { first: 10, last: 30 };
+        assert_eq!(held_spans(span, &[]), vec![span]);
+        let gaps = [Span { first: 10, last: 12 }, Span { first: 20, last: 20 }, Span { first: 30, last: 30 }];
+        assert_eq!(held_spans(span, &gaps), vec![Span { first: 13, last: 19 }, Span { first: 21, last: 29 }]);
+    }
+
+    fn message(sequence: u64, entity: &str, version: i64) -> Received {
+        let workspace = "6d1f0b7e-3c55-4a3b-8f9f-5d1f0e2a7c11";
+        let payload = serde_json::json!({
+            "eventId": uuid::Uuid::new_v4(),
+            "type": "contact.updated",
+            "workspaceId": workspace,
+            "entityId": entity,
+            "version": version,
+            "occurredAt": "2026-11-29T10:15:30.120Z",
+            "data": {
+                "name": format!("v{version}"), "email": null, "phone": null, "address": null, "tin": null,
+                "isCustomer": true, "isSupplier": false, "createdAt": "2025-01-01T00:00:00.000Z",
+            },
+        });
+        Received {
+            subject: format!("changes.{workspace}.contacts.{entity}"),
+            stream_sequence: sequence,
+            payload: payload.to_string().into_bytes(),
+        }
+    }
+
+    #[test]
+    fn each_record_is_applied_again_once_at_the_newest_version_of_the_span_whatever_its_order() {
+        let (first, second) = ("0a3c7f52-8f6e-4d6b-9d36-1b2f3c4d5e6f", "1b4d8a63-9a7f-4e7c-8e47-2c3d4e5f6a7b");
+        let mut newest = Newest::default();
+        // Version 3 of the first record, then an old version 2 sent again late in the span.
+        for received in [message(1, first, 1), message(2, first, 3), message(3, second, 1), message(4, first, 2)] {
+            newest.keep(received);
+        }
+        newest.keep(Received { subject: "changes.x".into(), stream_sequence: 5, payload: b"not json".to_vec() });
+        let kept: Vec<u64> = newest.into_messages().iter().map(|message| message.stream_sequence).collect();
+        assert_eq!(kept, vec![2, 3, 5]);
     }
 }

@@ -82,15 +82,23 @@ async fn an_old_event_sent_again_after_a_restore_never_takes_a_record_back_to_an
     projector.stop().await;
 }
 
+/// What the standby misses, in the order it is published.
+#[derive(Clone, Copy)]
+enum Missed {
+    /// Version N of the ten contacts the client follows.
+    Contacts(i64),
+    /// Version 2 of the contact whose row the test locks.
+    Held,
+    /// 1,100 new contacts: more than one batch of 1,000 events.
+    Fillers,
+}
+
 /// The rule, for what the ledger applies again: no version of a record is committed after a
-/// newer one, so a client that had version 3 is never served version 2 on the way, even
-/// when the events the database lost take more than one commit to apply again. The standby
-/// misses 1,121 events (more than one batch of 1,000): version 2 of ten contacts near the
-/// start, version 3 near the end. A row lock the test holds on the promoted standby stops
-/// the ledger at the chunk that holds the end, which it applies first now; before, it
-/// applied the start first, and committed version 2 while the rest waited.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_applied_again_after_a_failover_never_take_a_record_back_to_an_older_version() {
+/// newer one, so a client that had version 3 is never served an older one on the way. The
+/// standby misses `missed` (ten contacts at version 1 are on it). A row lock the test holds
+/// on the promoted standby stops the ledger at the commit that writes the locked contact;
+/// whatever was committed before it shows.
+async fn a_client_never_goes_back_while_what_a_failover_lost_is_applied_again(missed: &[Missed]) {
     let mut primary = TestPostgres::start_primary().await;
     lectern_api::reads::create_and_migrate(&primary.url()).await.expect("migrate the primary");
     let mut standby = primary.start_standby(None).await;
@@ -105,13 +113,16 @@ async fn events_applied_again_after_a_failover_never_take_a_record_back_to_an_ol
     all_acknowledged(&client).await;
     replayed(&primary, &standby).await;
     standby.stop().await;
-
-    // What the standby misses: version 2, a thousand and more events, then version 3.
-    publish_versions(&client, workspace, &contacts, 2).await;
-    let fillers: Vec<Uuid> = (0..1_100).map(|_| Uuid::new_v4()).collect();
-    publish_versions(&client, workspace, &fillers, 1).await;
-    publish_versions(&client, workspace, &[held], 2).await;
-    publish_versions(&client, workspace, &contacts, 3).await;
+    for step in missed {
+        match *step {
+            Missed::Contacts(version) => publish_versions(&client, workspace, &contacts, version).await,
+            Missed::Held => publish_versions(&client, workspace, &[held], 2).await,
+            Missed::Fillers => {
+                let fillers: Vec<Uuid> = (0..1_100).map(|_| Uuid::new_v4()).collect();
+                publish_versions(&client, workspace, &fillers, 1).await;
+            }
+        }
+    }
     all_acknowledged(&client).await;
     let mut follower = Mirror::default();
     assert!(follower.converges_to_the_listing(&app, &key).await, "the feed before the failover");
@@ -149,4 +160,23 @@ async fn events_applied_again_after_a_failover_never_take_a_record_back_to_an_ol
         assert_eq!(listed[&id.to_string()]["name"], format!("{id} v3"));
     }
     projector.stop().await;
+}
+
+/// Version 2 near the start of what was lost, version 3 near its end, the locked contact
+/// between them: applied in stream order, batch after batch, version 2 was committed first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_applied_again_after_a_failover_never_take_a_record_back_to_an_older_version() {
+    use Missed::{Contacts, Fillers, Held};
+    a_client_never_goes_back_while_what_a_failover_lost_is_applied_again(&[Contacts(2), Fillers, Held, Contacts(3)])
+        .await;
+}
+
+/// Version 3 and the locked contact near the start of what was lost, and version 2 sent
+/// again by the upstream near its end: applied in chunks from the end back, the last chunk
+/// committed version 2 first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_version_sent_again_late_in_what_a_failover_lost_is_never_applied_over_a_newer_one() {
+    use Missed::{Contacts, Fillers, Held};
+    a_client_never_goes_back_while_what_a_failover_lost_is_applied_again(&[Contacts(3), Held, Fillers, Contacts(2)])
+        .await;
 }
