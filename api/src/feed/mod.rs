@@ -260,6 +260,8 @@ struct Admitted {
     /// The history it was admitted into; `None` for a token without one (the formats
     /// before histories, or none at all), which any history serves.
     within: Option<HistoryId>,
+    /// Where the token stood, handed back as it was by a look that finds nothing past it.
+    asked: Standing,
 }
 
 /// What a look at a feed found.
@@ -325,7 +327,7 @@ impl<R: Resource> Feed<'_, R> {
     /// Tokens of the formats before histories carry none and are taken as they always were.
     async fn admit(&self, standing: Standing) -> Result<Admitted, ApiError> {
         let Some(history) = standing.history else {
-            return Ok(Admitted { since: standing.position, seen: standing.read_at, within: None });
+            return Ok(Admitted { since: standing.position, seen: standing.read_at, within: None, asked: standing });
         };
         let state = self.state;
         let mut current = match state.bound.current() {
@@ -333,7 +335,12 @@ impl<R: Resource> Feed<'_, R> {
             None => state.bound.for_reading(&state.pool).await?.history,
         };
         if current == history {
-            return Ok(Admitted { since: standing.position, seen: standing.read_at, within: Some(current) });
+            return Ok(Admitted {
+                since: standing.position,
+                seen: standing.read_at,
+                within: Some(current),
+                asked: standing,
+            });
         }
         // Asked in the history this process saw last; then, when the database is no longer in
         // it or it does not descend from the token's (this process may be the one behind), in
@@ -341,7 +348,9 @@ impl<R: Resource> Feed<'_, R> {
         let mut sampled = false;
         for _ in 0..LOOKS_ACROSS_HISTORIES {
             match state.lineage.descends(&state.pool, current, history).await? {
-                Some(true) => return Ok(Admitted { since: standing.position, seen: 0, within: Some(current) }),
+                Some(true) => {
+                    return Ok(Admitted { since: standing.position, seen: 0, within: Some(current), asked: standing })
+                }
                 Some(false) if sampled => {
                     tracing::warn!(
                         resource = R::NAME,
@@ -359,7 +368,12 @@ impl<R: Resource> Feed<'_, R> {
             current = state.bound.sampled_since(&state.pool, std::time::Instant::now()).await?.history;
             sampled = true;
             if current == history {
-                return Ok(Admitted { since: standing.position, seen: standing.read_at, within: Some(current) });
+                return Ok(Admitted {
+                    since: standing.position,
+                    seen: standing.read_at,
+                    within: Some(current),
+                    asked: standing,
+                });
             }
         }
         Err(history_keeps_changing())
@@ -393,7 +407,13 @@ impl<R: Resource> Feed<'_, R> {
         limit: usize,
         began: std::time::Instant,
     ) -> Result<Option<Look>, ApiError> {
-        let Admitted { since, seen, within } = admitted;
+        let Admitted { since, seen, within, asked } = admitted;
+        // A token of an earlier history that finds nothing past it is handed back as it came.
+        // Moved to the bound, it would claim a place in the history read now, of which the
+        // client was served nothing; and should the database go back to the earlier one (the
+        // old primary back behind the address, or this process behind the database), a
+        // client that synced only that one would be told to start over for nothing.
+        let from_elsewhere = |history: HistoryId| asked.history.filter(|own| *own != history);
         // A bound of another history than the one `since` was admitted into: admitted again.
         let elsewhere = |history: HistoryId| within.is_some_and(|within| within != history);
         let heads = &self.state.heads;
@@ -407,12 +427,11 @@ impl<R: Resource> Feed<'_, R> {
             }
             if FeedPosition::after_transaction(newest) <= since {
                 metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "memory").increment(1);
-                return Ok(Some(Look::Nothing {
-                    caught_up: since,
-                    not_yet_served: false,
-                    read_at: seen,
-                    history: bound.history,
-                }));
+                let (history, read_at) = match from_elsewhere(bound.history) {
+                    Some(own) => (own, asked.read_at),
+                    None => (bound.history, seen),
+                };
+                return Ok(Some(Look::Nothing { caught_up: since, not_yet_served: false, read_at, history }));
             }
         }
         // One row more than the page tells whether more are ready.
@@ -474,14 +493,17 @@ impl<R: Resource> Feed<'_, R> {
                 return Ok(None);
             }
             metrics::counter!(EMPTY_POLLS, "resource" => R::NAME, "answered" => "database").increment(1);
-            let caught_up = read_to(since);
+            let (caught_up, read_at, history) = match from_elsewhere(changes.history) {
+                Some(own) => (since, asked.read_at, own),
+                None => (read_to(since), changes.read_at, changes.history),
+            };
             return Ok(Some(Look::Nothing {
                 caught_up,
                 not_yet_served: changes
                     .newest
                     .is_some_and(|newest| FeedPosition::after_transaction(newest) > caught_up),
-                read_at: changes.read_at,
-                history: changes.history,
+                read_at,
+                history,
             }));
         };
         let position = if has_more { last.position } else { read_to(last.position) };

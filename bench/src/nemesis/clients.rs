@@ -124,10 +124,9 @@ impl FeedClient {
             400 if body["error"]["details"]["startOver"] == Value::Bool(true) => {
                 // A start-over is a promise broken unless a fault forked the history since the
                 // client began this sync. One with a token handed out after the last fork is
-                // counted apart: a long poll parked across a fault can be answered, from an API
-                // process's memory, with a token of the history the process saw last, which
-                // the database has since left (an open finding: such a client starts over
-                // though its own token would have continued).
+                // counted apart: a page read in the history the database left, just before it
+                // left, can reach a client after the fault ended (an API process notices the
+                // change when its connections to the old server break).
                 let forks = shared.strikes.forks.load(Ordering::SeqCst);
                 if forks <= self.forks_at_start {
                     shared.findings.add(format!(

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use lectern_api::keys::Scope;
 use lectern_tests::app::urlencode;
 use lectern_tests::forwarder::Forwarder;
 use lectern_tests::nats::TestNats;
@@ -19,7 +20,34 @@ use lectern_tests::projector::RunningProjector;
 use lectern_tests::TestApp;
 use uuid::Uuid;
 
-use crate::mirror::{all_acknowledged, listing, pool, publish_versions, replayed, Mirror};
+use crate::mirror::{all_acknowledged, listing, pool, publish_versions, replayed, Mirror, CONVERGES_WITHIN};
+
+/// A primary and its standby behind one address (a forwarder), with the projector and the
+/// API reaching the database through it.
+struct BehindOneAddress {
+    old_primary: TestPostgres,
+    standby: TestPostgres,
+    address: Forwarder,
+    _nats: TestNats,
+    client: async_nats::Client,
+    projector: RunningProjector,
+    app: TestApp,
+}
+
+impl BehindOneAddress {
+    async fn start() -> Self {
+        let old_primary = TestPostgres::start_primary().await;
+        lectern_api::reads::create_and_migrate(&old_primary.url()).await.expect("migrate the primary");
+        let standby = old_primary.start_standby(None).await;
+        let address = Forwarder::start(old_primary.port).await;
+        let url = address.url_for("lectern");
+        let nats = TestNats::start().await;
+        let client = nats.client().await;
+        let projector = RunningProjector::start_consuming(&nats.url, pool(&url).await).await;
+        let app = TestApp::spawn(pool(&url).await).await;
+        Self { old_primary, standby, address, _nats: nats, client, projector, app }
+    }
+}
 
 /// The rules, with the API never restarted: after a failover and after the old primary
 /// comes back behind the same address, (1) feeds keep moving: a new client converges, and
@@ -28,15 +56,8 @@ use crate::mirror::{all_acknowledged, listing, pool, publish_versions, replayed,
 /// the standby that served meanwhile is told to start over, and converges from there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_old_primary_comes_back_behind_the_same_address_feeds_keep_moving_without_a_restart() {
-    let mut old_primary = TestPostgres::start_primary().await;
-    lectern_api::reads::create_and_migrate(&old_primary.url()).await.expect("migrate the primary");
-    let mut standby = old_primary.start_standby(None).await;
-    let address = Forwarder::start(old_primary.port).await;
-    let url = address.url_for("lectern");
-    let nats = TestNats::start().await;
-    let client = nats.client().await;
-    let projector = RunningProjector::start_consuming(&nats.url, pool(&url).await).await;
-    let app = TestApp::spawn(pool(&url).await).await;
+    let BehindOneAddress { mut old_primary, mut standby, address, _nats, client, projector, app } =
+        BehindOneAddress::start().await;
     let (workspace, key) = app.workspace_with_key().await;
 
     let first: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
@@ -99,5 +120,85 @@ async fn when_the_old_primary_comes_back_behind_the_same_address_feeds_keep_movi
     assert_eq!(reply.body["error"]["details"]["startOver"], true, "{}", reply.text);
     let mut started_over = Mirror::default();
     assert!(started_over.converges_to_the_listing(&app, &key).await, "starting over on the old primary");
+    projector.stop().await;
+}
+
+/// The rule: a token of an earlier history that a look finds nothing past is handed back as
+/// it came (its history, position and WAL position), whether the answer comes from the
+/// process's memory of the feed or from the database; so when the database goes back to
+/// that history (the old primary behind the same address again), its client continues.
+/// Before, an empty poll while the promoted standby served moved the token to the
+/// standby's history, of which the client had been served nothing, and the old primary's
+/// return then told that client to start over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caught_up_token_of_the_old_primary_is_handed_back_as_it_came_and_continues_when_it_returns() {
+    let BehindOneAddress { mut old_primary, mut standby, address, _nats, client, projector, app } =
+        BehindOneAddress::start().await;
+    let workspace = Uuid::new_v4();
+    let key = app.key(workspace, &[Scope::ContactsRead, Scope::ItemsRead]).await;
+
+    let first: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
+    publish_versions(&client, workspace, &first, 1).await;
+    all_acknowledged(&client).await;
+    // Contacts: answered from memory once the process knows the feed's head. Items (none
+    // published): the process never learns that feed's head, so it is read each time.
+    let mut contacts = Mirror::default();
+    assert!(contacts.converges_to_the_listing(&app, &key).await, "the contacts feed on the old primary");
+    let mut items = Mirror::of("items");
+    assert!(items.converges_to_the_listing(&app, &key).await, "the items feed on the old primary");
+
+    // A failover that lost nothing; then clients syncing from scratch make the process read
+    // the contacts feed, and learn its head, in the promoted standby's history.
+    let state = app.state.as_ref().expect("the app's state");
+    let old_history = state.history.current();
+    replayed(&old_primary, &standby).await;
+    old_primary.stop().await;
+    standby.promote().await;
+    address.point_at(standby.port);
+    let deadline = tokio::time::Instant::now() + CONVERGES_WITHIN;
+    let on_the_standby = loop {
+        let mut fresh = Mirror::default();
+        fresh.follow(&app, &key).await;
+        if state.history.current() != old_history && state.feeds.heads.known(("contacts", workspace)).is_some() {
+            break fresh;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the process never learnt the feed in the standby's history");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(on_the_standby.records.len(), 20);
+
+    for mirror in [&contacts, &items] {
+        let token = mirror.token.clone().expect("a token");
+        for _ in 0..3 {
+            let feed = format!("/v1/{}/changes?since={}", mirror.resource(), urlencode(&token));
+            let reply = app.get(&key, &feed).await;
+            assert_eq!(reply.status, 200, "{}", reply.text);
+            assert!(reply.data().is_empty(), "nothing was written since: {}", reply.text);
+            assert_eq!(
+                reply.body["syncToken"].as_str(),
+                Some(token.as_str()),
+                "an empty poll of the {} feed moved the old primary's token into the standby's history",
+                mirror.resource()
+            );
+        }
+    }
+
+    // The old primary comes back behind the same address; the standby is gone.
+    standby.stop().await;
+    old_primary.start().await;
+    address.point_at(old_primary.port);
+    let second: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    publish_versions(&client, workspace, &second, 1).await;
+    all_acknowledged(&client).await;
+    for mirror in [&mut contacts, &mut items] {
+        if let Err(reply) = mirror.try_follow(&app, &key).await {
+            panic!("a client of the old primary's history was refused on its return: {}", reply.text);
+        }
+        assert!(mirror.converges_to_the_listing(&app, &key).await, "the {} feed did not converge", mirror.resource());
+    }
+    assert_eq!(contacts.records.len(), 25);
+    let stale = on_the_standby.token.clone().expect("a token");
+    let reply = app.get(&key, &format!("/v1/contacts/changes?since={}", urlencode(&stale))).await;
+    assert_eq!(reply.body["error"]["details"]["startOver"], true, "the standby's token: {}", reply.text);
     projector.stop().await;
 }
