@@ -259,20 +259,7 @@ impl TestApp {
 
     /// Follows `nextCursor` from `first` to the end; returns every page's body.
     pub async fn traverse(&self, key: &str, first: &str) -> Vec<Value> {
-        let mut pages = Vec::new();
-        let separator = if first.contains('?') { '&' } else { '?' };
-        let mut next = first.to_owned();
-        loop {
-            let reply = self.get(key, &next).await;
-            reply.assert_ok();
-            let cursor = reply.body["page"]["nextCursor"].as_str().map(str::to_owned);
-            pages.push(reply.body);
-            match cursor {
-                Some(cursor) => next = format!("{first}{separator}cursor={}", urlencode(&cursor)),
-                None => return pages,
-            }
-            assert!(pages.len() < 10_000, "traversal does not end");
-        }
+        traverse(&self.http, &self.url(""), key, first).await.unwrap_or_else(|problem| panic!("{problem}"))
     }
 
     /// Every id a traversal from `first` serves, in order, checking that every page but
@@ -318,6 +305,36 @@ async fn wait_until_trusted(caches: &[Arc<dyn Follower>]) {
         assert!(tokio::time::Instant::now() < deadline, "the app's change listener did not connect within 10 s");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Follows `nextCursor` from `first` (a path and query) on the API at `base` to the end;
+/// every page's body, or what went wrong: a request that failed, an answer other than 200,
+/// a traversal that does not end.
+pub async fn traverse(http: &reqwest::Client, base: &str, key: &str, first: &str) -> Result<Vec<Value>, String> {
+    let mut pages = Vec::new();
+    let separator = if first.contains('?') { '&' } else { '?' };
+    let mut next = first.to_owned();
+    while pages.len() < 10_000 {
+        let response = http
+            .get(format!("{base}{next}"))
+            .header("X-API-Key", key)
+            .send()
+            .await
+            .map_err(|error| format!("{next}: {error}"))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|error| format!("{next}: {error}"))?;
+        if status != reqwest::StatusCode::OK {
+            return Err(format!("{next} answered {status}: {text}"));
+        }
+        let page: Value = serde_json::from_str(&text).map_err(|error| format!("{next}: {error}: {text}"))?;
+        let cursor = page["page"]["nextCursor"].as_str().map(str::to_owned);
+        pages.push(page);
+        match cursor {
+            Some(cursor) => next = format!("{first}{separator}cursor={}", urlencode(&cursor)),
+            None => return Ok(pages),
+        }
+    }
+    Err(format!("the traversal of {first} does not end"))
 }
 
 /// Percent-encodes a query value.

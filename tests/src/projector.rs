@@ -189,13 +189,17 @@ impl ProjectorProcess {
 
 /// Publishes `event` to the subject its envelope names, and waits for JetStream's ack.
 pub async fn publish(client: &async_nats::Client, event: &Value) {
-    let subject = format!(
+    publish_raw(client, &subject_of(event), event.to_string().into_bytes()).await;
+}
+
+/// The subject an upstream publishes `event` on: `changes.<workspace>.<resource>.<entity>`.
+pub fn subject_of(event: &Value) -> String {
+    format!(
         "changes.{}.{}.{}",
         event["workspaceId"].as_str().unwrap_or_default(),
         if event["type"].as_str().unwrap_or_default().starts_with("item.") { "items" } else { "contacts" },
         event["entityId"].as_str().unwrap_or_default()
-    );
-    publish_raw(client, &subject, event.to_string().into_bytes()).await;
+    )
 }
 
 /// Publishes raw bytes to any subject (for contract violations), creating the stream if needed.

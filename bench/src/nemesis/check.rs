@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use lectern_tests::app::urlencode;
+use lectern_tests::app::traverse;
 use lectern_tests::projector::projector_command;
 use serde_json::Value;
 
@@ -27,33 +27,19 @@ use super::Findings;
 /// what the database lacks runs every few seconds.
 pub const SETTLES_WITHIN: Duration = Duration::from_secs(120);
 
-/// Every record of `resource` the listing serves to `tenant`, by id.
+/// Every record of `resource` the listing at `base` serves to `tenant`, by id.
 pub async fn listing(
     http: &reqwest::Client,
     base: &str,
     tenant: &Tenant,
     resource: &str,
 ) -> Result<BTreeMap<String, Value>, String> {
-    let first = format!("{base}/v1/{resource}?limit=100");
-    let mut next = first.clone();
-    let mut records = BTreeMap::new();
-    for _ in 0..10_000 {
-        let response =
-            http.get(&next).header("X-API-Key", &tenant.key).send().await.map_err(|error| error.to_string())?;
-        let status = response.status();
-        let page: Value = response.json().await.map_err(|error| error.to_string())?;
-        if !status.is_success() {
-            return Err(format!("{next} answered {status}: {page}"));
-        }
-        for record in page["data"].as_array().into_iter().flatten() {
-            records.insert(record["id"].as_str().unwrap_or_default().to_owned(), record.clone());
-        }
-        match page["page"]["nextCursor"].as_str() {
-            Some(cursor) => next = format!("{first}&cursor={}", urlencode(cursor)),
-            None => return Ok(records),
-        }
-    }
-    Err(format!("the traversal of {first} did not end"))
+    let pages = traverse(http, base, &tenant.key, &format!("/v1/{resource}?limit=100")).await?;
+    Ok(pages
+        .iter()
+        .flat_map(|page| page["data"].as_array().cloned().unwrap_or_default())
+        .map(|record| (record["id"].as_str().unwrap_or_default().to_owned(), record))
+        .collect())
 }
 
 /// What the listing serves against what the ledger expects: `None` when they agree, or

@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use lectern_fixtures::prng::Prng;
 use lectern_tests::history::{random_contact_data, random_item_data, Rng};
+use lectern_tests::projector::subject_of;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use uuid::Uuid;
@@ -182,12 +183,7 @@ fn next_event(record: &mut Record, tenants: &[Tenant], version: i64, kind: &str,
 /// client reconnects, and a publish whose ack was lost is sent again (a duplicate the
 /// projector must take as one).
 async fn send(jetstream: &jetstream::Context, event: &Value) {
-    let subject = format!(
-        "changes.{}.{}.{}",
-        event["workspaceId"].as_str().unwrap_or_default(),
-        if event["type"].as_str().unwrap_or_default().starts_with("item.") { "items" } else { "contacts" },
-        event["entityId"].as_str().unwrap_or_default()
-    );
+    let subject = subject_of(event);
     let payload = event.to_string();
     loop {
         let attempt = async {
