@@ -303,13 +303,14 @@ pub async fn reconcile(
              lost their commits); applying them again from the stream"
         );
     }
-    // Each record once, at the newest version the span holds of it: clients following the
-    // feed already had the newest, and an older one committed on the way (an earlier event
-    // of the span, or an old one an upstream sent again late in it) would be served to
-    // them as a change. Dying midway leaves some applied and the rest found missing again
-    // next time: harmless.
-    for span in reconciled.missing.clone() {
-        let again = apply_again(pool, stream, stream_id, span).await?;
+    // Each record once, at the newest version all that is missing holds of it: clients
+    // following the feed already had the newest, and an older one committed on the way (an
+    // earlier event, one an upstream sent again late, or one of an earlier span: a copy
+    // taken while a catch-up was half done lacks events on both sides of what that half
+    // applied) would be served to them as a change. Dying midway leaves some applied and
+    // the rest found missing again next time: harmless, as the database then holds newer.
+    if !reconciled.missing.is_empty() {
+        let again = apply_again(pool, stream, stream_id, &reconciled.missing).await?;
         reconciled.applied_again += again.applied;
         lost_events::record(&mut *connection, stream_id, &again.not_in_stream, Why::NotInTheStream).await?;
         reconciled.lost.extend(again.not_in_stream);
@@ -334,20 +335,43 @@ struct AppliedAgain {
     not_in_stream: Vec<Span>,
 }
 
-/// Applies the events of `span` again: first it reads them all, keeping the newest event
+/// Applies the events of `spans` again: first it reads them all, keeping the newest event
 /// of each record (and every event that does not decode, for the dead letters), then it
 /// applies those in batches, each of which records its own sequences, and records the
-/// span's older events as applied at the end. So no version is committed after a newer one
-/// of the same record, whatever the order of the span. Every sequence of the span is either
-/// read or found missing from the stream (deleted, or before its first event) one by one:
-/// none is taken as lost on the word of a read that may have ended early.
+/// spans' older events as applied at the end. So no version is committed after a newer one
+/// of the same record, whatever the order of the events and however they are spread over
+/// the spans. Every sequence is either read or found missing from the stream (deleted, or
+/// before its first event) one by one: none is taken as lost on the word of a read that may
+/// have ended early.
 async fn apply_again(
     pool: &PgPool,
     stream: &Stream,
     stream_id: StreamId,
-    span: Span,
+    spans: &[Span],
 ) -> Result<AppliedAgain, ProjectorError> {
     let mut newest = Newest::default();
+    let mut not_in_stream: Vec<Span> = Vec::new();
+    for span in spans {
+        not_in_stream.extend(read_span(stream, *span, &mut newest).await?);
+    }
+    let mut applied = 0;
+    let to_apply = newest.into_messages();
+    for batch in to_apply.chunks(history::BATCH) {
+        applied += apply(pool, stream_id, batch).await?;
+    }
+    // The older events, which the newest of their records made moot: held now.
+    let mut connection = pool.acquire().await?;
+    for span in spans {
+        for held in held_spans(*span, &not_in_stream) {
+            record_span(&mut connection, stream_id, held).await?;
+        }
+    }
+    Ok(AppliedAgain { applied, not_in_stream })
+}
+
+/// Reads every event of `span` into `newest`; returns the sequences the stream no longer
+/// holds.
+async fn read_span(stream: &Stream, span: Span, newest: &mut Newest) -> Result<Vec<Span>, ProjectorError> {
     let mut received = BTreeSet::new();
     if span.events() > FETCH_ONE_BY_ONE {
         let mut reading = read_through(stream, subjects(None), span.first, span.last).await?;
@@ -383,17 +407,7 @@ async fn apply_again(
             "reading the stream through an ordered consumer left out these events; fetched one by one"
         );
     }
-    let mut applied = 0;
-    let to_apply = newest.into_messages();
-    for batch in to_apply.chunks(history::BATCH) {
-        applied += apply(pool, stream_id, batch).await?;
-    }
-    // The span's older events, which the newest of their records made moot: held now.
-    let mut connection = pool.acquire().await?;
-    for held in held_spans(span, &not_in_stream) {
-        record_span(&mut connection, stream_id, held).await?;
-    }
-    Ok(AppliedAgain { applied, not_in_stream })
+    Ok(not_in_stream)
 }
 
 /// The newest event of each record read so far, and every event that does not decode.
@@ -427,11 +441,12 @@ impl Newest {
     }
 }
 
-/// `span` without the sequences `not_in_stream` names.
+/// `span` without the sequences `not_in_stream` names (sorted; those of other spans are
+/// passed over).
 fn held_spans(span: Span, not_in_stream: &[Span]) -> Vec<Span> {
     let mut held = Vec::new();
     let mut next = span.first;
-    for gap in not_in_stream {
+    for gap in not_in_stream.iter().filter(|gap| gap.first <= span.last && gap.last >= span.first) {
         if gap.first > next {
             held.push(Span { first: next, last: gap.first - 1 });
         }
@@ -495,6 +510,9 @@ mod tests {
         assert_eq!(held_spans(span, &[]), vec![span]);
         let gaps = [Span { first: 10, last: 12 }, Span { first: 20, last: 20 }, Span { first: 30, last: 30 }];
         assert_eq!(held_spans(span, &gaps), vec![Span { first: 13, last: 19 }, Span { first: 21, last: 29 }]);
+        // Gaps found in the other spans of the same turn.
+        let elsewhere = [Span { first: 2, last: 4 }, Span { first: 15, last: 15 }, Span { first: 40, last: 41 }];
+        assert_eq!(held_spans(span, &elsewhere), vec![Span { first: 10, last: 14 }, Span { first: 16, last: 30 }]);
     }
 
     fn message(sequence: u64, entity: &str, version: i64) -> Received {
