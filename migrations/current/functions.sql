@@ -205,6 +205,11 @@ begin
             raise exception 'the read model''s history (system %, timeline %) was registered concurrently',
                 this_system, this_timeline using errcode = '40001';
         end if;
+        -- Durable before anyone reads it: the transaction that registers may be a batch
+        -- committed without waiting for its flush, and a crash would lose the row after the
+        -- API had handed out tokens of it; the next write would register another id, and
+        -- every client of this history would be told to start over for nothing.
+        perform set_config('synchronous_commit', 'on', true);
         raise log 'lectern: the read model is written in a new history % (system %, timeline %, forked from %): positions from % on',
             history_id, this_system, this_timeline, newest_id, position_offset;
     end if;

@@ -12,6 +12,7 @@ use lectern_tests::nats::TestNats;
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::projector::{contact_event, RunningProjector};
 use lectern_tests::{ContactSeed, TestApp};
+use sqlx::Connection;
 use uuid::Uuid;
 
 use crate::mirror::{
@@ -182,4 +183,40 @@ async fn a_redelivered_batch_that_changes_nothing_is_on_disk_when_it_is_acknowle
 
     let found = rows(&pool(&server.url()).await, workspace).await;
     assert_eq!(found.len(), ids.len(), "the batch acknowledged after its own commit was not on disk");
+}
+
+/// The rule: the history a server's first write registers survives a crash, whatever that
+/// write's commit mode. A dump is restored into a fresh server whose WAL writer is slow; the
+/// first transaction there that asks for the history (and so registers it) commits without
+/// waiting for its flush, as the projector's batches do, and the server crashes a moment
+/// later: the history read before the crash is the one read after it. Before, the
+/// registration went with the lost commit, the next transaction registered another id, and
+/// every token of the first was told to start over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_just_after_a_history_is_registered_keeps_its_id() {
+    let original = TestPostgres::start_new().await;
+    lectern_api::reads::create_and_migrate(&original.url()).await.expect("migrate");
+    let dump = original.dump().await;
+    let mut copy = TestPostgres::start_new_with(SLOW_WAL_WRITER).await;
+    copy.restore(&dump).await;
+    let mut writer = sqlx::PgConnection::connect(&copy.url()).await.expect("connect to the copy");
+    let mut registering = writer.begin().await.expect("begin");
+    sqlx::query("set local synchronous_commit = off").execute(&mut *registering).await.expect("set");
+    let before: Option<i64> =
+        sqlx::query_scalar("select read_model_server_history()").fetch_one(&mut *registering).await.expect("read");
+    registering.commit().await.expect("commit");
+    let original_history: Option<i64> = sqlx::query_scalar("select read_model_server_history()")
+        .fetch_one(&pool(&original.url()).await)
+        .await
+        .expect("read");
+    assert!(before.is_some() && before != original_history, "the copy registered no history of its own");
+    drop(writer);
+
+    copy.stop().await;
+    copy.start().await;
+    let after: Option<i64> = sqlx::query_scalar("select read_model_server_history()")
+        .fetch_one(&pool(&copy.url()).await)
+        .await
+        .expect("read");
+    assert_eq!(after, before, "the crash took back the history tokens were handed out in");
 }
