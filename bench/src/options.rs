@@ -7,7 +7,7 @@ use crate::nemesis::faults::Topology;
 use crate::nemesis::schedule::Schedule;
 
 pub const USAGE: &str = "\
-usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--long-polls] [--nemesis --minutes N [--seed S] [--schedule N | --replay TEXT] [--topology single]] [--keep] [--no-build]
+usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--duration SECS] [--soak SECS] [--projector-only] [--feed [--baseline-projector FILE]] [--replicas] [--verify] [--webhooks] [--long-polls] [--nemesis --minutes N [--seed S] [--schedule N | --replay TEXT] [--topology single|scale]] [--keep] [--no-build]
 
   --scale full       1,000,000 contacts in 1,000 workspaces (999 of about 800, one of 200,000)
                      and 200,000 items; 10 s per load run, 20 s of steady publishing (default)
@@ -66,6 +66,8 @@ usage: lectern-bench [--scale small|full] [--contacts N] [--output FILE] [--dura
                      prints it ('0.756s projector-kill-9, 0.887s dump-restored-twice'); with the
                      violation's --seed, the publisher sends the same events
   --topology T       with --nemesis: single (one nats-server, one projector; the default)
+                     or scale (a three-node NATS cluster at R3, two projectors, the second
+                     API process reading from a streaming replica)
   --keep             keep the benchmark databases and the work directory (with --replicas, the
                      private servers' directories, stopped)
   --no-build         use target/release/lectern-{api,projector} as they are (by default
@@ -202,11 +204,7 @@ impl Options {
                 "--topology" => {
                     topology = match value("--topology")?.as_str() {
                         "single" => Some(Topology::Single),
-                        "scale" => {
-                            return Err("--topology scale (a NATS cluster, two projectors, a replica) is not built \
-                                        yet; --topology single is"
-                                .to_owned())
-                        }
+                        "scale" => Some(Topology::Scale),
                         other => return Err(format!("--topology must be single, not {other:?}")),
                     }
                 }

@@ -14,19 +14,32 @@ use lectern_bench::nemesis::schedule::Schedule;
 use lectern_bench::nemesis::{run, Settings};
 
 /// `schedules` schedules of `seed` (or the one `replay` names), each struck within `window`.
-async fn violations(seed: u64, replay: Option<&str>, schedules: u64, window: Duration) -> Vec<String> {
+async fn violations(
+    seed: u64,
+    topology: Topology,
+    replay: Option<&str>,
+    schedules: u64,
+    window: Duration,
+) -> Vec<String> {
     let replay = replay.map(|text| Schedule::parse(text).unwrap_or_else(|problem| panic!("{problem}")));
     let settings = Settings {
         seed,
         first_schedule: 0,
         replay,
-        topology: Topology::Single,
+        topology,
         run_for: Duration::from_secs(3_600),
         most_schedules: Some(schedules),
         window,
     };
     let outcome = run(&settings).await;
     assert_eq!(outcome.schedules, schedules);
+    if let Some(replayed) = &settings.replay {
+        let mut named = std::collections::BTreeMap::new();
+        for step in &replayed.steps {
+            *named.entry(step.fault).or_insert(0_u64) += 1;
+        }
+        assert_eq!(outcome.struck, named, "the run did not strike the schedule it was to replay");
+    }
     assert!(outcome.events > 0, "the publisher published nothing");
     assert!(outcome.syncs > 0, "no client ever reached the feed's head");
     outcome
@@ -38,7 +51,7 @@ async fn violations(seed: u64, replay: Option<&str>, schedules: u64, window: Dur
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_seeded_nemesis_run_breaks_no_promise() {
-    let found = violations(1, None, 3, Duration::from_secs(8)).await;
+    let found = violations(1, Topology::Single, None, 3, Duration::from_secs(8)).await;
     assert!(found.is_empty(), "{found:#?}");
 }
 
@@ -53,7 +66,24 @@ async fn a_short_seeded_nemesis_run_breaks_no_promise() {
 async fn a_redelivered_older_version_is_not_served_after_a_restore() {
     let found = violations(
         2,
+        Topology::Single,
         Some("0.756s projector-kill-9, 0.887s dump-restored-twice, 4.372s rebuild-killed"),
+        1,
+        Duration::from_secs(8),
+    )
+    .await;
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The `scale` deployment (a three-node NATS cluster at R3, two projectors, an API process
+/// reading from a replica) struck by what only it has: a NATS node lost, the replica held
+/// behind, and one of the two projectors killed, overlapping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_deployment_survives_a_node_loss_a_lagging_replica_and_a_projector_killed() {
+    let found = violations(
+        3,
+        Topology::Scale,
+        Some("0.500s nats-node-loss, 1.500s replica-lagging, 3.000s projector-kill-9"),
         1,
         Duration::from_secs(8),
     )

@@ -134,7 +134,7 @@ pub async fn mirror_equals_the_listing(
 
 /// `lectern-projector verify`: exit 0 when the read model agrees with the stream.
 pub async fn verify_agrees(deployment: &Deployment, findings: &Findings) {
-    let run = projector_command(&deployment.nats.url, &deployment.database_url())
+    let run = projector_command(&deployment.nats.url(), &deployment.database_url())
         .arg("verify")
         .run(Duration::from_secs(120))
         .await;

@@ -1,24 +1,29 @@
 //! The private deployment a nemesis run strikes, built from the end-to-end tests' harness
 //! (the same private servers, processes and forwarder the fault tests use): a primary with
 //! two `pg_basebackup` standbys, a TCP forwarder standing for the database's stable address
-//! (a DNS name), a private nats-server, a projector and two API processes, every process
-//! reaching PostgreSQL through the forwarder, as the operations guide has them deployed.
+//! (a DNS name), and two API processes, every process reaching PostgreSQL through the
+//! forwarder, as the operations guide has them deployed. On the `single` topology, one
+//! nats-server and one projector; on `scale`, a three-node NATS cluster with the stream at
+//! three replicas, two projectors, and a streaming replica (behind a forwarder of its own,
+//! the replica's DNS name) that the second API process reads from.
 //!
 //! After a schedule the deployment is healed back into that shape the way an operator
-//! would: a dead process started again, standbys that follow no live primary replaced by
-//! fresh copies of the one that serves now.
+//! would: a dead process started again, standbys and the replica that follow no live
+//! primary replaced by fresh copies of the one that serves now.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use lectern_api::keys::Scope;
 use lectern_tests::forwarder::Forwarder;
-use lectern_tests::nats::TestNats;
+use lectern_tests::nats::{TestCluster, TestNats};
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::projector::ProjectorProcess;
 use lectern_tests::serve::Serve;
 use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
+
+use super::faults::Topology;
 
 /// Workspaces the publishers write and the clients follow.
 pub const WORKSPACES: usize = 3;
@@ -26,6 +31,34 @@ pub const WORKSPACES: usize = 3;
 pub const API_PROCESSES: usize = 2;
 /// Standbys kept beside the primary, ready for a failover.
 pub const STANDBYS: usize = 2;
+
+/// The stream's replicas on the cluster: one per node.
+const CLUSTER_REPLICAS: &str = "3";
+
+/// The event stream's servers.
+pub enum Nats {
+    Single(TestNats),
+    Cluster(TestCluster),
+}
+
+impl Nats {
+    /// What every process is given as `NATS_URL`: the server, or every node of the cluster.
+    pub fn url(&self) -> String {
+        match self {
+            Self::Single(nats) => nats.url.clone(),
+            Self::Cluster(cluster) => cluster.urls(),
+        }
+    }
+}
+
+/// The streaming replica the second API process reads from on `scale`, and the address it
+/// is given, which the operator points at a fresh copy after a failover.
+pub struct Replica {
+    pub server: TestPostgres,
+    pub address: Forwarder,
+    /// Whether it replays the primary that serves now.
+    pub follows: bool,
+}
 
 /// One workspace and a key reading both its resources.
 #[derive(Clone, Debug)]
@@ -80,8 +113,10 @@ pub struct Deployment {
     pub standbys_follow: bool,
     /// The stable database address every process is given.
     pub address: Forwarder,
-    pub nats: TestNats,
-    pub projector: Option<ProjectorProcess>,
+    pub nats: Nats,
+    /// One on `single`, two on `scale`; `None` while one is down.
+    pub projectors: Vec<Option<ProjectorProcess>>,
+    pub replica: Option<Replica>,
     pub apis: Vec<Option<Serve>>,
     /// What each API process is (re)started with: a rotation changes them one by one.
     pub cursor_secrets: Vec<CursorSecrets>,
@@ -92,12 +127,19 @@ pub struct Deployment {
 impl Deployment {
     /// Starts everything, migrated, with a key per workspace, and waits until every process
     /// is ready.
-    pub async fn start() -> Self {
+    pub async fn start(topology: Topology) -> Self {
         let primary = TestPostgres::start_primary().await;
         lectern_api::reads::create_and_migrate(&primary.url()).await.expect("create and migrate the read model");
         let tenants = issue_keys(&primary.url()).await;
         let address = Forwarder::start(primary.port).await;
-        let nats = TestNats::start().await;
+        let (nats, projectors, replica) = match topology {
+            Topology::Single => (Nats::Single(TestNats::start().await), 1, None),
+            Topology::Scale => {
+                let server = primary.start_standby(None).await;
+                let address = Forwarder::start(server.port).await;
+                (Nats::Cluster(TestCluster::start().await), 2, Some(Replica { server, address, follows: true }))
+            }
+        };
         let mut standbys = Vec::with_capacity(STANDBYS);
         for _ in 0..STANDBYS {
             standbys.push(primary.start_standby(None).await);
@@ -108,13 +150,16 @@ impl Deployment {
             standbys_follow: true,
             address,
             nats,
-            projector: None,
+            projectors: (0..projectors).map(|_| None).collect(),
+            replica,
             apis: (0..API_PROCESSES).map(|_| None).collect(),
             cursor_secrets: vec![CursorSecrets { signing: new_secret(), previous: Vec::new() }; API_PROCESSES],
             endpoints: Endpoints::default(),
             tenants,
         };
-        deployment.start_projector().await;
+        for index in 0..projectors {
+            deployment.start_projector(index).await;
+        }
         for index in 0..API_PROCESSES {
             deployment.start_api(index).await;
         }
@@ -126,9 +171,12 @@ impl Deployment {
         self.address.url_for("lectern")
     }
 
-    pub async fn start_projector(&mut self) {
-        let projector = ProjectorProcess::on(&self.nats.url, &self.database_url()).start().await;
-        self.projector = Some(projector);
+    pub async fn start_projector(&mut self, index: usize) {
+        let mut projector = ProjectorProcess::on(&self.nats.url(), &self.database_url());
+        if matches!(self.nats, Nats::Cluster(_)) {
+            projector = projector.env("LECTERN_STREAM_REPLICAS", CLUSTER_REPLICAS);
+        }
+        self.projectors[index] = Some(projector.start().await);
     }
 
     pub async fn start_api(&mut self, index: usize) {
@@ -136,6 +184,10 @@ impl Deployment {
         let mut serve = Serve::on(&self.database_url()).env("LECTERN_CURSOR_SECRET", &secrets.signing);
         if !secrets.previous.is_empty() {
             serve = serve.env("LECTERN_PREVIOUS_CURSOR_SECRETS", &secrets.previous.join(","));
+        }
+        // The last process reads from the replica, the others from the primary alone.
+        if let Some(replica) = self.replica.as_ref().filter(|_| index + 1 == API_PROCESSES) {
+            serve = serve.env("LECTERN_READ_DATABASE_URL", &replica.address.url_for("lectern"));
         }
         let serve = serve.start().await;
         self.endpoints.set(index, Some(serve.api.clone()));
@@ -166,12 +218,28 @@ impl Deployment {
         standby.promote().await;
         let old = std::mem::replace(&mut self.primary, standby);
         self.address.point_at(self.primary.port);
-        self.standbys_follow = false;
+        self.primary_replaced();
         old
+    }
+
+    /// Every copy of the primary follows one that no longer serves.
+    fn primary_replaced(&mut self) {
+        self.standbys_follow = false;
+        if let Some(replica) = self.replica.as_mut() {
+            replica.follows = false;
+        }
     }
 
     /// Two standbys following the primary that serves now, copied afresh unless they do.
     pub async fn standbys_of_the_primary(&mut self) {
+        if let Some(replica) = self.replica.as_mut().filter(|replica| !replica.follows) {
+            // As the operations guide has it: a fresh copy, and the replica's name pointed
+            // at it; the API process reading from it needs no restart.
+            let fresh = self.primary.start_standby(None).await;
+            replica.address.point_at(fresh.port);
+            replica.server = fresh;
+            replica.follows = true;
+        }
         if self.standbys_follow && self.standbys.len() == STANDBYS {
             return;
         }
@@ -186,7 +254,7 @@ impl Deployment {
     pub fn serve_from(&mut self, server: TestPostgres) -> TestPostgres {
         let old = std::mem::replace(&mut self.primary, server);
         self.address.point_at(self.primary.port);
-        self.standbys_follow = false;
+        self.primary_replaced();
         old
     }
 
@@ -194,10 +262,12 @@ impl Deployment {
     /// primary that serves now. What did not need healing is left alone.
     pub async fn heal(&mut self) {
         self.standbys_of_the_primary().await;
-        let projector_died = self.projector.as_mut().is_none_or(|projector| projector.service.exited().is_some());
-        if projector_died {
-            self.projector = None;
-            self.start_projector().await;
+        for index in 0..self.projectors.len() {
+            let died = self.projectors[index].as_mut().is_none_or(|projector| projector.service.exited().is_some());
+            if died {
+                self.projectors[index] = None;
+                self.start_projector(index).await;
+            }
         }
         for index in 0..API_PROCESSES {
             let died = self.apis[index].as_mut().is_none_or(|api| api.service.exited().is_some());
@@ -212,9 +282,11 @@ impl Deployment {
     /// the end of what each logged.
     pub fn crashed(&mut self) -> Vec<String> {
         let mut crashed = Vec::new();
-        if let Some(projector) = self.projector.as_mut() {
-            if let Some(status) = projector.service.exited() {
-                crashed.push(format!("the projector exited ({status}): {}", tail(&projector.log())));
+        for (index, projector) in self.projectors.iter_mut().enumerate() {
+            if let Some(projector) = projector.as_mut() {
+                if let Some(status) = projector.service.exited() {
+                    crashed.push(format!("projector {index} exited ({status}): {}", tail(&projector.log())));
+                }
             }
         }
         for (index, api) in self.apis.iter_mut().enumerate() {

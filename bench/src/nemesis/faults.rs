@@ -46,11 +46,13 @@ pub enum FaultKind {
     RebuildKilled,
     ListenerCut,
     SecretRotation,
+    NatsNodeLoss,
+    ReplicaLagging,
 }
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 15] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,
@@ -64,6 +66,8 @@ impl FaultKind {
         Self::RebuildKilled,
         Self::ListenerCut,
         Self::SecretRotation,
+        Self::NatsNodeLoss,
+        Self::ReplicaLagging,
     ];
 }
 
@@ -95,6 +99,8 @@ pub const CATALOGUE: &[Fault] = &[
     fault(FaultKind::RebuildKilled, "rebuild-killed", None, false),
     fault(FaultKind::ListenerCut, "listener-connection-cut", None, false),
     fault(FaultKind::SecretRotation, "cursor-secret-rotation", None, false),
+    fault(FaultKind::NatsNodeLoss, "nats-node-loss", Some(Topology::Scale), false),
+    fault(FaultKind::ReplicaLagging, "replica-lagging", Some(Topology::Scale), false),
 ];
 
 const fn fault(kind: FaultKind, name: &'static str, only_on: Option<Topology>, may_start_over: bool) -> Fault {

@@ -138,12 +138,12 @@ pub struct Outcome {
 /// schedule of faults, each followed by the check of every promise.
 pub async fn run(settings: &Settings) -> Outcome {
     let started = Instant::now();
-    let mut deployment = Deployment::start().await;
+    let mut deployment = Deployment::start(settings.topology).await;
     let findings = Findings::default();
     let strikes = Strikes::default();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut tasks = vec![tokio::spawn(publisher::publish(
-        deployment.nats.url.clone(),
+        deployment.nats.url(),
         deployment.tenants.clone(),
         ledger.clone(),
         settings.seed,
@@ -168,8 +168,13 @@ pub async fn run(settings: &Settings) -> Outcome {
     }
 
     let mut outcome = Outcome::default();
-    let schedules =
-        Schedules::new(settings.seed, settings.topology, settings.window).skip(settings.first_schedule as usize);
+    // A replay strikes the one schedule it names; otherwise schedules are drawn from the seed.
+    let schedules: Box<dyn Iterator<Item = schedule::Schedule> + Send> = match &settings.replay {
+        Some(schedule) => Box::new(std::iter::once(schedule.clone())),
+        None => Box::new(
+            Schedules::new(settings.seed, settings.topology, settings.window).skip(settings.first_schedule as usize),
+        ),
+    };
     for schedule in schedules {
         let out_of_time = started.elapsed() >= settings.run_for;
         if out_of_time || settings.most_schedules.is_some_and(|most| outcome.schedules >= most) {

@@ -70,7 +70,7 @@ pub fn version_in(name: &str) -> Option<i64> {
 /// Publishes until the task is aborted; the ledger is locked for each step, so whoever
 /// holds it sees no publish half made.
 pub async fn publish(nats_url: String, tenants: Vec<Tenant>, ledger: Arc<Mutex<Ledger>>, seed: u64) {
-    let Ok(client) = async_nats::connect(&nats_url).await else {
+    let Ok(client) = lectern_projector::stream::connect(&nats_url).await else {
         eprintln!("nemesis: the publisher cannot reach {nats_url}");
         return;
     };

@@ -10,7 +10,7 @@ use lectern_tests::postgres::TestPostgres;
 use lectern_tests::projector::projector_command;
 use sqlx::{Connection, PgConnection};
 
-use super::deployment::{new_secret, Deployment, API_PROCESSES};
+use super::deployment::{new_secret, Deployment, Nats, API_PROCESSES};
 use super::faults::{Fault, FaultKind};
 use super::Strikes;
 
@@ -77,15 +77,32 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
             }
         }
         FaultKind::NatsRestart => {
-            deployment.nats.stop();
-            tokio::time::sleep(pause(prng, 500, 3_000)).await;
-            deployment.nats.restart().await;
+            if let Nats::Single(nats) = &mut deployment.nats {
+                nats.stop();
+                tokio::time::sleep(pause(prng, 500, 3_000)).await;
+                nats.restart().await;
+            }
+        }
+        FaultKind::NatsNodeLoss => {
+            if let Nats::Cluster(cluster) = &mut deployment.nats {
+                let index = prng.below(cluster.nodes.len());
+                cluster.nodes[index].stop();
+                tokio::time::sleep(pause(prng, 1_000, 6_000)).await;
+                cluster.nodes[index].restart().await;
+            }
+        }
+        FaultKind::ReplicaLagging => {
+            if let Some(replica) = &deployment.replica {
+                let url = replica.server.url_for("postgres");
+                let _ = lag_behind(&url, pause(prng, 3_000, 15_000)).await;
+            }
         }
         FaultKind::ProjectorKill => {
-            if let Some(projector) = deployment.projector.take() {
+            let index = prng.below(deployment.projectors.len());
+            if let Some(projector) = deployment.projectors[index].take() {
                 projector.kill().await;
             }
-            deployment.start_projector().await;
+            deployment.start_projector(index).await;
         }
         FaultKind::ApiKill => {
             let index = prng.below(API_PROCESSES);
@@ -97,8 +114,10 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
         FaultKind::ApiRestart => deployment.restart_api(prng.below(API_PROCESSES)).await,
         FaultKind::SecretRotation => rotate_the_cursor_secret(deployment, prng).await,
         FaultKind::RebuildKilled => {
-            let rebuild =
-                projector_command(&deployment.nats.url, &deployment.database_url()).arg("rebuild").json_logs().spawn();
+            let rebuild = projector_command(&deployment.nats.url(), &deployment.database_url())
+                .arg("rebuild")
+                .json_logs()
+                .spawn();
             tokio::time::sleep(pause(prng, 50, 800)).await;
             // On a small read model the rebuild may have finished: then it was not killed
             // mid-way, and nothing else is asked of it.
@@ -165,6 +184,17 @@ async fn hold_a_transaction_open(url: String, held: Duration) {
     let _ = sqlx::query("select txid_current()").execute(&mut *transaction).await;
     tokio::time::sleep(held).await;
     let _ = transaction.rollback().await;
+}
+
+/// Holds the replica's replay paused for `behind` (`pg_wal_replay_pause`), so it falls
+/// that far behind the primary, as a replica does under a long query or a slow disk; then
+/// lets it catch up.
+async fn lag_behind(url: &str, behind: Duration) -> Result<(), sqlx::Error> {
+    let mut connection = PgConnection::connect(url).await?;
+    sqlx::query("select pg_wal_replay_pause()").execute(&mut connection).await?;
+    tokio::time::sleep(behind).await;
+    sqlx::query("select pg_wal_replay_resume()").execute(&mut connection).await?;
+    Ok(())
 }
 
 /// Cuts the API processes' change-listener connections (`pg_terminate_backend` on every
