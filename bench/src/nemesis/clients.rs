@@ -49,6 +49,8 @@ pub struct FeedClient {
     forks_at_token: u64,
     /// The count of history-forking faults when it began its current sync from scratch.
     forks_at_start: u64,
+    /// When it sent the first request of its current sync.
+    began_at: Option<std::time::Instant>,
     caught_up: bool,
     /// Set while the checker brings it up to date: no waiting, no dropping its mirror.
     pub checked: bool,
@@ -81,6 +83,7 @@ impl FeedClient {
             highest: BTreeMap::new(),
             forks_at_token: 0,
             forks_at_start: 0,
+            began_at: None,
             caught_up: false,
             checked: false,
             syncs: 0,
@@ -108,6 +111,7 @@ impl FeedClient {
             url.push_str(&format!("&wait={WAIT_SECONDS}"));
         }
         let forks_before = shared.strikes.forks.load(Ordering::SeqCst);
+        let sent = std::time::Instant::now();
         let key = &shared.tenants[self.tenant].key;
         let Ok(response) = shared.http.get(&url).header("X-API-Key", key).send().await else {
             return Duration::from_millis(200);
@@ -120,18 +124,22 @@ impl FeedClient {
             return Duration::from_millis(200);
         };
         match status {
-            200 => self.apply(&body, forks_before, shared, prng),
+            200 => self.apply(&body, (forks_before, sent), shared, prng),
             400 if body["error"]["details"]["startOver"] == Value::Bool(true) => {
                 // A start-over is a promise broken unless a fault forked the history since the
                 // client began this sync. One with a token handed out after the last fork is
-                // counted apart: a page read in the history the database left, just before it
-                // left, can reach a client after the fault ended (an API process notices the
-                // change when its connections to the old server break).
+                // counted apart, and so is one that began syncing within
+                // [`super::FORK_SETTLES_WITHIN`] after a fork ended: such clients are still
+                // served pages of the history the database left (an open finding).
                 let forks = shared.strikes.forks.load(Ordering::SeqCst);
-                if forks <= self.forks_at_start {
+                let just_after_a_fork = self.began_at.is_some_and(|began| shared.strikes.just_after_a_fork(began));
+                if forks <= self.forks_at_start && just_after_a_fork {
+                    self.late_start_overs += 1;
+                } else if forks <= self.forks_at_start {
+                    let history = self.token.as_deref().and_then(history_in);
                     shared.findings.add(format!(
                         "{}: told to start over though no fault forked the database's history since it began \
-                         syncing: {body}",
+                         syncing (its token named history {history:?}): {body}",
                         self.name
                     ));
                 } else if forks <= self.forks_at_token {
@@ -159,7 +167,13 @@ impl FeedClient {
         }
     }
 
-    fn apply(&mut self, page: &Value, forks_before: u64, shared: &Shared, prng: &mut Prng) -> Duration {
+    fn apply(
+        &mut self,
+        page: &Value,
+        (forks_before, sent): (u64, std::time::Instant),
+        shared: &Shared,
+        prng: &mut Prng,
+    ) -> Duration {
         for change in page["data"].as_array().into_iter().flatten() {
             let id = change["id"].as_str().unwrap_or_default().to_owned();
             if change["change"] == "upserted" {
@@ -185,6 +199,7 @@ impl FeedClient {
         if let Some(token) = page["syncToken"].as_str().filter(|token| self.token.as_deref() != Some(*token)) {
             if self.token.is_none() {
                 self.forks_at_start = forks_before;
+                self.began_at = Some(sent);
             }
             self.token = Some(token.to_owned());
             self.forks_at_token = forks_before;
@@ -208,6 +223,15 @@ impl FeedClient {
             }
         }
     }
+}
+
+/// The history a sync token names, read from its body (the fifth field, after the format,
+/// the position's transaction and id, and the WAL position), for a violation's report: the
+/// nemesis is Lectern's own client, the one that may look inside the opaque token.
+fn history_in(token: &str) -> Option<i64> {
+    use base64::Engine;
+    let body = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
+    body.get(33..41).and_then(|bytes| bytes.try_into().ok()).map(i64::from_be_bytes)
 }
 
 /// Runs `client` until the task is aborted; the client is locked for each step, so whoever

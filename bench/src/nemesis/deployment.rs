@@ -19,8 +19,10 @@ use lectern_tests::forwarder::Forwarder;
 use lectern_tests::nats::{TestCluster, TestNats};
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::projector::ProjectorProcess;
+use lectern_tests::seed::TEST_PEPPER;
 use lectern_tests::serve::Serve;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::Connection;
 use uuid::Uuid;
 
 use super::faults::Topology;
@@ -97,6 +99,25 @@ pub struct CursorSecrets {
     pub previous: Vec<String>,
 }
 
+/// The key peppers one API process is started with: the one it hashes under, and those
+/// it still accepts.
+#[derive(Clone, Debug)]
+pub struct Peppers {
+    pub current: String,
+    pub previous: Vec<String>,
+}
+
+impl Peppers {
+    /// What `lectern-api` (serve and the `keys` commands) is given for them.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![("LECTERN_KEY_PEPPER", self.current.clone())];
+        if !self.previous.is_empty() {
+            env.push(("LECTERN_PREVIOUS_KEY_PEPPERS", self.previous.join(",")));
+        }
+        env
+    }
+}
+
 /// A fresh cursor secret, random enough for a test deployment.
 pub fn new_secret() -> String {
     format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
@@ -120,6 +141,8 @@ pub struct Deployment {
     pub apis: Vec<Option<Serve>>,
     /// What each API process is (re)started with: a rotation changes them one by one.
     pub cursor_secrets: Vec<CursorSecrets>,
+    /// The key peppers each API process is (re)started with: a rotation changes them too.
+    pub peppers: Vec<Peppers>,
     pub endpoints: Endpoints,
     pub tenants: Vec<Tenant>,
 }
@@ -154,6 +177,7 @@ impl Deployment {
             replica,
             apis: (0..API_PROCESSES).map(|_| None).collect(),
             cursor_secrets: vec![CursorSecrets { signing: new_secret(), previous: Vec::new() }; API_PROCESSES],
+            peppers: vec![Peppers { current: TEST_PEPPER.to_owned(), previous: Vec::new() }; API_PROCESSES],
             endpoints: Endpoints::default(),
             tenants,
         };
@@ -184,6 +208,9 @@ impl Deployment {
         let mut serve = Serve::on(&self.database_url()).env("LECTERN_CURSOR_SECRET", &secrets.signing);
         if !secrets.previous.is_empty() {
             serve = serve.env("LECTERN_PREVIOUS_CURSOR_SECRETS", &secrets.previous.join(","));
+        }
+        for (name, value) in self.peppers[index].env() {
+            serve = serve.env(name, &value);
         }
         // The last process reads from the replica, the others from the primary alone.
         if let Some(replica) = self.replica.as_ref().filter(|_| index + 1 == API_PROCESSES) {
@@ -276,6 +303,37 @@ impl Deployment {
                 self.start_api(index).await;
             }
         }
+    }
+
+    /// The histories the database behind the address lists, and the one it is in, for a
+    /// violation's report.
+    pub async fn histories(&self) -> String {
+        let listed = async {
+            let mut connection = sqlx::PgConnection::connect(&self.database_url()).await?;
+            let rows: Vec<(i64, Option<i64>, i64, i32)> = sqlx::query_as(
+                "select history_id, forked_from, system_identifier, timeline from read_model_histories \
+                 order by position_offset",
+            )
+            .fetch_all(&mut connection)
+            .await?;
+            let current: Option<i64> =
+                sqlx::query_scalar("select read_model_server_history()").fetch_one(&mut connection).await?;
+            Ok::<_, sqlx::Error>(format!("{rows:?}, now in {current:?}"))
+        };
+        listed.await.unwrap_or_else(|error| format!("unreadable: {error}"))
+    }
+
+    /// What the running API processes logged of the database's histories, for a
+    /// violation's report.
+    pub fn history_log_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (index, api) in self.apis.iter().enumerate() {
+            let Some(api) = api else { continue };
+            for line in api.service.stderr().lines().filter(|line| line.contains("history")) {
+                lines.push(format!("API process {index}: {line}"));
+            }
+        }
+        lines
     }
 
     /// The processes that exited by themselves (never struck down, so they crashed), with

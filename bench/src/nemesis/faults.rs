@@ -48,11 +48,12 @@ pub enum FaultKind {
     SecretRotation,
     NatsNodeLoss,
     ReplicaLagging,
+    PepperRotation,
 }
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,
@@ -68,6 +69,7 @@ impl FaultKind {
         Self::SecretRotation,
         Self::NatsNodeLoss,
         Self::ReplicaLagging,
+        Self::PepperRotation,
     ];
 }
 
@@ -101,6 +103,7 @@ pub const CATALOGUE: &[Fault] = &[
     fault(FaultKind::SecretRotation, "cursor-secret-rotation", None, false),
     fault(FaultKind::NatsNodeLoss, "nats-node-loss", Some(Topology::Scale), false),
     fault(FaultKind::ReplicaLagging, "replica-lagging", Some(Topology::Scale), false),
+    fault(FaultKind::PepperRotation, "key-pepper-rotation", None, false),
 ];
 
 const fn fault(kind: FaultKind, name: &'static str, only_on: Option<Topology>, may_start_over: bool) -> Fault {

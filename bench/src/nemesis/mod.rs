@@ -61,6 +61,11 @@ impl Findings {
 /// (connections opened again, a restarted process ready) take seconds.
 pub const RECOVERS_WITHIN: Duration = Duration::from_secs(30);
 
+/// How long after a history-forking fault ends a client that begins syncing may still be
+/// served a page of the history the database left: counted apart, as an open finding
+/// (`docs/operations.md`, the nemesis), not as a violation.
+pub const FORK_SETTLES_WITHIN: Duration = Duration::from_secs(3);
+
 /// What the faults tell the clients.
 #[derive(Clone, Default)]
 pub struct Strikes {
@@ -68,6 +73,8 @@ pub struct Strikes {
     pub forks: Arc<AtomicU64>,
     /// Faults being struck now, and when the last one ended.
     window: Arc<std::sync::Mutex<(u32, Option<Instant>)>>,
+    /// When the last history-forking fault ended.
+    last_fork: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Strikes {
@@ -82,6 +89,20 @@ impl Strikes {
             window.0 = window.0.saturating_sub(1);
             window.1 = Some(Instant::now());
         }
+    }
+
+    fn fork_ended(&self) {
+        if let Ok(mut last) = self.last_fork.lock() {
+            *last = Some(Instant::now());
+        }
+    }
+
+    /// Whether `instant` came less than [`FORK_SETTLES_WITHIN`] after a history-forking
+    /// fault ended.
+    pub fn just_after_a_fork(&self, instant: Instant) -> bool {
+        self.last_fork.lock().is_ok_and(|last| {
+            last.is_some_and(|ended| instant >= ended && instant.duration_since(ended) < FORK_SETTLES_WITHIN)
+        })
     }
 
     /// Whether a fault is being struck, or one ended within [`RECOVERS_WITHIN`]: the window
@@ -206,7 +227,14 @@ pub async fn run(settings: &Settings) -> Outcome {
             check::mirror_equals_the_listing(client, &shared, &listed).await;
         }
         check::verify_agrees(&deployment, &findings).await;
-        for finding in findings.take() {
+        let found = findings.take();
+        if !found.is_empty() {
+            eprintln!("nemesis: the database's histories: {}", deployment.histories().await);
+            for line in deployment.history_log_lines() {
+                eprintln!("nemesis: {line}");
+            }
+        }
+        for finding in found {
             eprintln!("nemesis: VIOLATION (seed {}, {schedule}): {finding}", settings.seed);
             outcome.violations.push(Violation { schedule: schedule.to_string(), finding });
         }
