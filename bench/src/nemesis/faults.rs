@@ -48,12 +48,11 @@ pub enum FaultKind {
     SecretRotation,
     NatsNodeLoss,
     ReplicaLagging,
-    PepperRotation,
 }
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 15] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,
@@ -69,7 +68,6 @@ impl FaultKind {
         Self::SecretRotation,
         Self::NatsNodeLoss,
         Self::ReplicaLagging,
-        Self::PepperRotation,
     ];
 }
 
@@ -103,7 +101,6 @@ pub const CATALOGUE: &[Fault] = &[
     fault(FaultKind::SecretRotation, "cursor-secret-rotation", None, false),
     fault(FaultKind::NatsNodeLoss, "nats-node-loss", Some(Topology::Scale), false),
     fault(FaultKind::ReplicaLagging, "replica-lagging", Some(Topology::Scale), false),
-    fault(FaultKind::PepperRotation, "key-pepper-rotation", None, false),
 ];
 
 const fn fault(kind: FaultKind, name: &'static str, only_on: Option<Topology>, may_start_over: bool) -> Fault {
