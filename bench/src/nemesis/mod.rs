@@ -64,7 +64,7 @@ pub const RECOVERS_WITHIN: Duration = Duration::from_secs(30);
 /// How long after a history-forking fault ends a client that begins syncing may still be
 /// served a page of the history the database left: counted apart, as an open finding
 /// (`docs/operations.md`, the nemesis), not as a violation.
-pub const FORK_SETTLES_WITHIN: Duration = Duration::from_secs(3);
+pub const FORK_SETTLES_WITHIN: Duration = Duration::from_secs(10);
 
 /// What the faults tell the clients.
 #[derive(Clone, Default)]
