@@ -7,7 +7,6 @@
 //! that may fork the database's history.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,10 +44,10 @@ pub struct FeedClient {
     /// The highest version of each record this client has been served since it last
     /// started over, deleted ones included.
     highest: BTreeMap<String, i64>,
-    /// The count of history-forking faults when the token was first handed out.
-    forks_at_token: u64,
-    /// The count of history-forking faults when it began its current sync from scratch.
-    forks_at_start: u64,
+    /// History-forking faults ended when the request that handed out the token was sent.
+    forks_ended_at_token: u64,
+    /// History-forking faults ended when it sent the first request of its current sync.
+    forks_ended_at_start: u64,
     /// When it sent the first request of its current sync.
     began_at: Option<std::time::Instant>,
     caught_up: bool,
@@ -81,8 +80,8 @@ impl FeedClient {
             token: None,
             mirror: BTreeMap::new(),
             highest: BTreeMap::new(),
-            forks_at_token: 0,
-            forks_at_start: 0,
+            forks_ended_at_token: 0,
+            forks_ended_at_start: 0,
             began_at: None,
             caught_up: false,
             checked: false,
@@ -110,7 +109,7 @@ impl FeedClient {
         if self.caught_up && self.style == Style::LongPoll && !self.checked {
             url.push_str(&format!("&wait={WAIT_SECONDS}"));
         }
-        let forks_before = shared.strikes.forks.load(Ordering::SeqCst);
+        let forks_ended_before = shared.strikes.forks_ended();
         let sent = std::time::Instant::now();
         let key = &shared.tenants[self.tenant].key;
         let Ok(response) = shared.http.get(&url).header("X-API-Key", key).send().await else {
@@ -124,25 +123,25 @@ impl FeedClient {
             return Duration::from_millis(200);
         };
         match status {
-            200 => self.apply(&body, (forks_before, sent), shared, prng),
+            200 => self.apply(&body, (forks_ended_before, sent), shared, prng),
             400 if body["error"]["details"]["startOver"] == Value::Bool(true) => {
-                // A start-over is a promise broken unless a fault forked the history since the
-                // client began this sync. One with a token handed out after the last fork is
-                // counted apart, and so is one that began syncing within
-                // [`super::FORK_SETTLES_WITHIN`] after a fork ended: such clients are still
-                // served pages of the history the database left (an open finding).
-                let forks = shared.strikes.forks.load(Ordering::SeqCst);
-                let just_after_a_fork = self.began_at.is_some_and(|began| shared.strikes.just_after_a_fork(began));
-                if forks <= self.forks_at_start && just_after_a_fork {
-                    self.late_start_overs += 1;
-                } else if forks <= self.forks_at_start {
+                // A start-over is a promise broken unless a history-forking fault was underway
+                // at some moment since the client began this sync: one begun before the answer,
+                // and not ended before the first request. One with no such fault since its
+                // token was handed out is counted apart: a page read just before the database
+                // moved can still reach a client after it.
+                let forks_begun = shared.strikes.forks_begun();
+                if forks_begun <= self.forks_ended_at_start {
                     let history = self.token.as_deref().and_then(history_in);
+                    let since = |instant: std::time::Instant| instant.duration_since(shared.strikes.epoch);
                     shared.findings.add(format!(
-                        "{}: told to start over though no fault forked the database's history since it began \
-                         syncing (its token named history {history:?}): {body}",
-                        self.name
+                        "{}: told to start over at {:?} though no fault forking the database's history was \
+                         underway since it began syncing at {:?} (its token named history {history:?}): {body}",
+                        self.name,
+                        since(std::time::Instant::now()),
+                        self.began_at.map(since),
                     ));
-                } else if forks <= self.forks_at_token {
+                } else if forks_begun <= self.forks_ended_at_token {
                     self.late_start_overs += 1;
                 }
                 self.start_overs += 1;
@@ -170,7 +169,7 @@ impl FeedClient {
     fn apply(
         &mut self,
         page: &Value,
-        (forks_before, sent): (u64, std::time::Instant),
+        (forks_ended_before, sent): (u64, std::time::Instant),
         shared: &Shared,
         prng: &mut Prng,
     ) -> Duration {
@@ -198,11 +197,11 @@ impl FeedClient {
         // start over later, rightly, as it was before the move.
         if let Some(token) = page["syncToken"].as_str().filter(|token| self.token.as_deref() != Some(*token)) {
             if self.token.is_none() {
-                self.forks_at_start = forks_before;
+                self.forks_ended_at_start = forks_ended_before;
                 self.began_at = Some(sent);
             }
             self.token = Some(token.to_owned());
-            self.forks_at_token = forks_before;
+            self.forks_ended_at_token = forks_ended_before;
         }
         self.caught_up = page["hasMore"] == Value::Bool(false);
         if !self.caught_up {

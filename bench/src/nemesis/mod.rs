@@ -25,7 +25,7 @@ pub mod schedule;
 pub mod strike;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,48 +61,53 @@ impl Findings {
 /// (connections opened again, a restarted process ready) take seconds.
 pub const RECOVERS_WITHIN: Duration = Duration::from_secs(30);
 
-/// How long after a history-forking fault ends a client that begins syncing may still be
-/// served a page of the history the database left: counted apart, as an open finding
-/// (`docs/operations.md`, the nemesis), not as a violation.
-pub const FORK_SETTLES_WITHIN: Duration = Duration::from_secs(10);
-
 /// What the faults tell the clients.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Strikes {
-    /// Faults struck so far that may fork the database's history.
-    pub forks: Arc<AtomicU64>,
+    /// History-forking faults begun so far, and ended so far: a client whose sync overlaps
+    /// one that was underway may rightly be told to start over.
+    forks_begun: Arc<AtomicU64>,
+    forks_ended: Arc<AtomicU64>,
     /// Faults being struck now, and when the last one ended.
     window: Arc<std::sync::Mutex<(u32, Option<Instant>)>>,
-    /// When the last history-forking fault ended.
-    last_fork: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// When the run began: findings give their times from it.
+    pub epoch: Instant,
+}
+
+impl Default for Strikes {
+    fn default() -> Self {
+        Self { forks_begun: Arc::default(), forks_ended: Arc::default(), window: Arc::default(), epoch: Instant::now() }
+    }
 }
 
 impl Strikes {
-    fn begin(&self) {
+    fn begin(&self, forks: bool) {
+        if forks {
+            self.forks_begun.fetch_add(1, Ordering::SeqCst);
+        }
         if let Ok(mut window) = self.window.lock() {
             window.0 += 1;
         }
     }
 
-    fn end(&self) {
+    fn end(&self, forks: bool) {
+        if forks {
+            self.forks_ended.fetch_add(1, Ordering::SeqCst);
+        }
         if let Ok(mut window) = self.window.lock() {
             window.0 = window.0.saturating_sub(1);
             window.1 = Some(Instant::now());
         }
     }
 
-    fn fork_ended(&self) {
-        if let Ok(mut last) = self.last_fork.lock() {
-            *last = Some(Instant::now());
-        }
+    /// History-forking faults begun so far.
+    pub fn forks_begun(&self) -> u64 {
+        self.forks_begun.load(Ordering::SeqCst)
     }
 
-    /// Whether `instant` came less than [`FORK_SETTLES_WITHIN`] after a history-forking
-    /// fault ended.
-    pub fn just_after_a_fork(&self, instant: Instant) -> bool {
-        self.last_fork.lock().is_ok_and(|last| {
-            last.is_some_and(|ended| instant >= ended && instant.duration_since(ended) < FORK_SETTLES_WITHIN)
-        })
+    /// History-forking faults ended so far.
+    pub fn forks_ended(&self) -> u64 {
+        self.forks_ended.load(Ordering::SeqCst)
     }
 
     /// Whether a fault is being struck, or one ended within [`RECOVERS_WITHIN`]: the window

@@ -2,7 +2,6 @@
 //! real servers crashed, promoted, restored and pointed at, as `docs/operations.md` has an
 //! operator do it and nothing more.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lectern_fixtures::prng::Prng;
@@ -15,13 +14,11 @@ use super::faults::{Fault, FaultKind};
 use super::Strikes;
 
 /// Strikes `kind`. Faults that may fork the database's history are counted in `strikes`
-/// before and after, so a client handed a token in between may be told to start over.
+/// as they begin and as they end, so a client whose sync overlaps one may be told to start
+/// over.
 pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prng, strikes: &Strikes) {
     let forks = Fault::of(kind).is_some_and(|fault| fault.may_start_over);
-    strikes.begin();
-    if forks {
-        strikes.forks.fetch_add(1, Ordering::SeqCst);
-    }
+    strikes.begin(forks);
     if matches!(
         kind,
         FaultKind::FailoverToLaggingStandby
@@ -129,11 +126,7 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
             let _ = cut_listeners(&url).await;
         }
     }
-    if forks {
-        strikes.forks.fetch_add(1, Ordering::SeqCst);
-        strikes.fork_ended();
-    }
-    strikes.end();
+    strikes.end(forks);
 }
 
 /// Secrets retired after this many rotations: every client here syncs within seconds, so a
