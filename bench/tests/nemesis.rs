@@ -90,3 +90,21 @@ async fn the_scale_deployment_survives_a_node_loss_a_lagging_replica_and_a_proje
     .await;
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// A point-in-time restore of the primary to a moment a second or two back (a base backup,
+/// then the WAL up to that point, promoted onto a new timeline) while clients follow the
+/// feed: the restored database descends from the history the tokens name, so every client
+/// continues from its token (a start-over here is a violation) and converges to the
+/// listing, the events written after the point applied again by the projector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_point_in_time_restore_keeps_every_token() {
+    let found = violations(
+        4,
+        Topology::Single,
+        Some("0.500s point-in-time-restore, 7.000s api-kill-9"),
+        1,
+        Duration::from_secs(12),
+    )
+    .await;
+    assert!(found.is_empty(), "{found:#?}");
+}

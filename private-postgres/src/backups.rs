@@ -43,10 +43,21 @@ impl PrivatePostgres {
     /// archive, then promotion at the target, onto a new timeline. Returns once it takes
     /// writes. `settings` as for [`PrivatePostgres::start_new`].
     pub async fn start_recovering_to(&mut self, archived: &Self, target_lsn: &str, settings: &str) -> Result<()> {
+        self.start_recovering_with(&archived.archive_dir(), target_lsn, settings).await
+    }
+
+    /// [`PrivatePostgres::start_recovering_to`] with the WAL `lost` wrote (its stopped
+    /// `pg_wal`, which holds what an archive of it would: `wal_keep_size` keeps every
+    /// segment since a recent base backup) for a server that was never set to archive.
+    pub async fn start_recovering_from_wal_of(&mut self, lost: &Self, target_lsn: &str, settings: &str) -> Result<()> {
+        self.start_recovering_with(&lost.data_dir().join("pg_wal"), target_lsn, settings).await
+    }
+
+    async fn start_recovering_with(&mut self, wal: &Path, target_lsn: &str, settings: &str) -> Result<()> {
         self.settings = format!(
-            "{REPLICATION_SETTINGS}{settings}restore_command = 'cp {archive}/%f %p'\n\
+            "{REPLICATION_SETTINGS}{settings}restore_command = 'cp {wal}/%f %p'\n\
              recovery_target_lsn = '{target_lsn}'\nrecovery_target_action = 'promote'\n",
-            archive = archived.archive_dir().display()
+            wal = wal.display()
         );
         let recovery_signal = self.data_dir().join("recovery.signal");
         std::fs::write(&recovery_signal, "")

@@ -89,6 +89,14 @@ impl TestPostgres {
         self.port = self.server.port;
     }
 
+    /// [`TestPostgres::start_recovering_to`] with the WAL `lost` (stopped) wrote, for a
+    /// primary that was never set to archive: see
+    /// `PrivatePostgres::start_recovering_from_wal_of`.
+    pub async fn start_recovering_from_wal_of(&mut self, lost: &Self, target_lsn: &str) {
+        self.server.start_recovering_from_wal_of(&lost.server, target_lsn, TEST_SETTINGS).await.unwrap_or_else(fail);
+        self.port = self.server.port;
+    }
+
     /// Archives the WAL written so far (`pg_switch_wal`), waiting until it is archived.
     pub async fn archive_wal(&self) {
         self.server.archive_wal().await.unwrap_or_else(fail);

@@ -38,6 +38,7 @@ pub enum FaultKind {
     SecondFailoverToSibling,
     OldPrimaryBehindSameAddress,
     DumpRestoredTwice,
+    PointInTimeRestore,
     TransactionHeldOpen,
     NatsRestart,
     ProjectorKill,
@@ -52,12 +53,13 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,
         Self::OldPrimaryBehindSameAddress,
         Self::DumpRestoredTwice,
+        Self::PointInTimeRestore,
         Self::TransactionHeldOpen,
         Self::NatsRestart,
         Self::ProjectorKill,
@@ -91,6 +93,7 @@ pub const CATALOGUE: &[Fault] = &[
     fault(FaultKind::SecondFailoverToSibling, "second-failover-to-sibling", None, true),
     fault(FaultKind::OldPrimaryBehindSameAddress, "old-primary-behind-same-address", None, true),
     fault(FaultKind::DumpRestoredTwice, "dump-restored-twice", None, true),
+    fault(FaultKind::PointInTimeRestore, "point-in-time-restore", None, false),
     fault(FaultKind::TransactionHeldOpen, "transaction-held-open", None, false),
     fault(FaultKind::NatsRestart, "nats-restart", Some(Topology::Single), false),
     fault(FaultKind::ProjectorKill, "projector-kill-9", None, false),

@@ -66,6 +66,18 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
             first.stop().await;
             drop(original);
         }
+        FaultKind::PointInTimeRestore => {
+            // A base backup, a point in time a moment later, writes after that point which
+            // the restore loses, then the primary lost and the backup recovered to the point
+            // with the WAL the primary wrote, as from its archive.
+            let mut backup = deployment.primary.base_backup().await;
+            tokio::time::sleep(pause(prng, 500, 3_000)).await;
+            let point = deployment.primary.current_lsn().await;
+            tokio::time::sleep(pause(prng, 500, 3_000)).await;
+            deployment.primary.stop().await;
+            backup.start_recovering_from_wal_of(&deployment.primary, &point).await;
+            drop(deployment.serve_from(backup));
+        }
         FaultKind::TransactionHeldOpen => {
             let held = pause(prng, 2_000, 8_000);
             let urls = [deployment.primary.url(), deployment.primary.url_for("postgres")];
