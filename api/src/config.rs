@@ -176,7 +176,7 @@ pub struct SecretArgs {
 
 impl SecretArgs {
     pub fn pepper(&self) -> Result<Pepper, CommandError> {
-        resolve(self.key_pepper.as_ref(), "--key-pepper/LECTERN_KEY_PEPPER", DEV_KEY_PEPPER, self.production)
+        resolve_current(self.key_pepper.as_ref(), "--key-pepper/LECTERN_KEY_PEPPER", DEV_KEY_PEPPER, self.production)
             .map(Pepper::new)
     }
 
@@ -201,13 +201,35 @@ impl SecretArgs {
     }
 
     pub fn cursor_secret(&self) -> Result<SecretString, CommandError> {
-        resolve(
+        resolve_current(
             self.cursor_secret.as_ref(),
             "--cursor-secret/LECTERN_CURSOR_SECRET",
             DEV_CURSOR_SECRET,
             self.production,
         )
     }
+}
+
+/// The secret in use now: [`resolve`]'s rules, and no comma. The list of previous ones is
+/// comma-separated, so a secret holding one could never be listed there once rotated out:
+/// it would be split into two that match nothing, and every key (or token) under it
+/// refused at once.
+fn resolve_current(
+    given: Option<&SecretString>,
+    setting: &'static str,
+    development: &str,
+    production: bool,
+) -> Result<SecretString, CommandError> {
+    let secret = resolve(given, setting, development, production)?;
+    if secret.expose_secret().contains(',') {
+        return Err(CommandError::Config {
+            setting,
+            problem: "must not contain a comma: the list of previous values it is moved to when rotated out is \
+                      comma-separated (generate one with `openssl rand -base64 48`)"
+                .to_owned(),
+        });
+    }
+    Ok(secret)
 }
 
 /// The secrets a setting lists as being rotated out, each held to the rules of the

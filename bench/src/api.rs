@@ -22,9 +22,9 @@ use super::{Context, Result};
 use lectern_fixtures::generator::plan::Plan;
 
 /// What the API hashes keys under; `webhooks create` seals endpoint secrets under it too.
-pub const PEPPER: &str = "lectern-bench key pepper, not a secret";
+pub const PEPPER: &str = "lectern-bench key pepper; not a secret";
 /// Also signs the changes feed's sync tokens, which the feed scenarios open.
-pub const CURSOR_SECRET: &str = "lectern-bench cursor secret, not a secret";
+pub const CURSOR_SECRET: &str = "lectern-bench cursor secret; not a secret";
 /// Never reached by the load, so the limits never answer 429.
 const UNLIMITED: &str = "100000000";
 

@@ -17,7 +17,7 @@ seeded_api_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 seeded_api_admin_url=${LECTERN_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 workspace=6d1f0b7e-3c55-4a3b-8f9f-5d1f0e2a7c11
 # The pepper the server and `keys create` share; a test value, not a secret.
-export LECTERN_KEY_PEPPER="lectern test scripts pepper, not a real secret"
+export LECTERN_KEY_PEPPER="lectern test scripts pepper; not a real secret"
 seeded_api_database=""
 seeded_api_pid=""
 seeded_api_log=""

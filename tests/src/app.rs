@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::seed::{create_key, TEST_PEPPER};
 
 /// The cursor secret every [`TestApp`] uses.
-pub const TEST_CURSOR_SECRET: &str = "lectern test cursor secret, not a real secret";
+pub const TEST_CURSOR_SECRET: &str = "lectern test cursor secret; not a real secret";
 
 /// A running app on a free port, its database, and an HTTP client.
 pub struct TestApp {

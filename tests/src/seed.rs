@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 /// The pepper every [`crate::TestApp`] uses unless a test says otherwise.
-pub const TEST_PEPPER: &str = "lectern test pepper, not a real secret";
+pub const TEST_PEPPER: &str = "lectern test pepper; not a real secret";
 
 /// [`TEST_PEPPER`] as the API holds it.
 pub fn test_pepper() -> Pepper {

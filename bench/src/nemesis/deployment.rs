@@ -19,6 +19,7 @@ use lectern_tests::forwarder::Forwarder;
 use lectern_tests::nats::{TestCluster, TestNats};
 use lectern_tests::postgres::TestPostgres;
 use lectern_tests::projector::ProjectorProcess;
+use lectern_tests::seed::TEST_PEPPER;
 use lectern_tests::serve::Serve;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Connection;
@@ -98,6 +99,25 @@ pub struct CursorSecrets {
     pub previous: Vec<String>,
 }
 
+/// The key peppers one API process is started with: the one it hashes under, and those
+/// it still accepts.
+#[derive(Clone, Debug)]
+pub struct Peppers {
+    pub current: String,
+    pub previous: Vec<String>,
+}
+
+impl Peppers {
+    /// What `lectern-api` (serve and the `keys` commands) is given for them.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![("LECTERN_KEY_PEPPER", self.current.clone())];
+        if !self.previous.is_empty() {
+            env.push(("LECTERN_PREVIOUS_KEY_PEPPERS", self.previous.join(",")));
+        }
+        env
+    }
+}
+
 /// A fresh cursor secret, random enough for a test deployment.
 pub fn new_secret() -> String {
     format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
@@ -121,6 +141,8 @@ pub struct Deployment {
     pub apis: Vec<Option<Serve>>,
     /// What each API process is (re)started with: a rotation changes them one by one.
     pub cursor_secrets: Vec<CursorSecrets>,
+    /// The key peppers each API process is (re)started with: a rotation changes them too.
+    pub peppers: Vec<Peppers>,
     pub endpoints: Endpoints,
     pub tenants: Vec<Tenant>,
 }
@@ -155,6 +177,7 @@ impl Deployment {
             replica,
             apis: (0..API_PROCESSES).map(|_| None).collect(),
             cursor_secrets: vec![CursorSecrets { signing: new_secret(), previous: Vec::new() }; API_PROCESSES],
+            peppers: vec![Peppers { current: TEST_PEPPER.to_owned(), previous: Vec::new() }; API_PROCESSES],
             endpoints: Endpoints::default(),
             tenants,
         };
@@ -185,6 +208,9 @@ impl Deployment {
         let mut serve = Serve::on(&self.database_url()).env("LECTERN_CURSOR_SECRET", &secrets.signing);
         if !secrets.previous.is_empty() {
             serve = serve.env("LECTERN_PREVIOUS_CURSOR_SECRETS", &secrets.previous.join(","));
+        }
+        for (name, value) in self.peppers[index].env() {
+            serve = serve.env(name, &value);
         }
         // The last process reads from the replica, the others from the primary alone.
         if let Some(replica) = self.replica.as_ref().filter(|_| index + 1 == API_PROCESSES) {

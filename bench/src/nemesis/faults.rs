@@ -49,6 +49,7 @@ pub enum FaultKind {
     SecretRotation,
     NatsNodeLoss,
     ReplicaLagging,
+    PepperRotation,
 }
 
 impl FaultKind {
@@ -70,6 +71,7 @@ impl FaultKind {
         Self::SecretRotation,
         Self::NatsNodeLoss,
         Self::ReplicaLagging,
+        Self::PepperRotation,
     ];
 }
 
@@ -104,6 +106,7 @@ pub const CATALOGUE: &[Fault] = &[
     fault(FaultKind::SecretRotation, "cursor-secret-rotation", None, false),
     fault(FaultKind::NatsNodeLoss, "nats-node-loss", Some(Topology::Scale), false),
     fault(FaultKind::ReplicaLagging, "replica-lagging", Some(Topology::Scale), false),
+    fault(FaultKind::PepperRotation, "key-pepper-rotation", None, false),
 ];
 
 const fn fault(kind: FaultKind, name: &'static str, only_on: Option<Topology>, may_start_over: bool) -> Fault {

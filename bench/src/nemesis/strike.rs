@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use lectern_fixtures::prng::Prng;
 use lectern_tests::postgres::TestPostgres;
+use lectern_tests::process::Launch;
 use lectern_tests::projector::projector_command;
 use sqlx::{Connection, PgConnection};
 
@@ -122,6 +123,7 @@ pub async fn strike(deployment: &mut Deployment, kind: FaultKind, prng: &mut Prn
         }
         FaultKind::ApiRestart => deployment.restart_api(prng.below(API_PROCESSES)).await,
         FaultKind::SecretRotation => rotate_the_cursor_secret(deployment, prng).await,
+        FaultKind::PepperRotation => rotate_the_key_pepper(deployment, prng).await,
         FaultKind::RebuildKilled => {
             let rebuild = projector_command(&deployment.nats.url(), &deployment.database_url())
                 .arg("rebuild")
@@ -164,6 +166,57 @@ async fn rotate_the_cursor_secret(deployment: &mut Deployment, prng: &mut Prng) 
         deployment.restart_api(index).await;
         tokio::time::sleep(pause(prng, 500, 2_000)).await;
     }
+}
+
+/// How long the keys may take to be hashed again under the new pepper: each is used by
+/// the clients every few seconds, and re-hashes are written every 5 s.
+const REHASHED_WITHIN: Duration = Duration::from_secs(60);
+
+/// The key pepper rotated as `docs/operations.md` says: the new pepper accepted by every
+/// API process, then hashed under, each step a rolling restart; then, once `keys list
+/// --pepper previous --pepper unrecorded` lists no key, the old pepper removed with a last
+/// rolling restart. A key refused meanwhile is a 401 the clients report.
+async fn rotate_the_key_pepper(deployment: &mut Deployment, prng: &mut Prng) {
+    let new = new_secret();
+    for index in 0..API_PROCESSES {
+        deployment.peppers[index].previous.insert(0, new.clone());
+        deployment.restart_api(index).await;
+        tokio::time::sleep(pause(prng, 500, 2_000)).await;
+    }
+    for index in 0..API_PROCESSES {
+        let peppers = &mut deployment.peppers[index];
+        let old = std::mem::replace(&mut peppers.current, new.clone());
+        peppers.previous.retain(|pepper| *pepper != new);
+        peppers.previous.insert(0, old);
+        deployment.restart_api(index).await;
+        tokio::time::sleep(pause(prng, 500, 2_000)).await;
+    }
+    let deadline = tokio::time::Instant::now() + REHASHED_WITHIN;
+    while still_hashed_under_a_previous_pepper(deployment).await {
+        if tokio::time::Instant::now() > deadline {
+            eprintln!("nemesis: keys still depend on a previous pepper after {REHASHED_WITHIN:?}; it is kept");
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for index in 0..API_PROCESSES {
+        deployment.peppers[index].previous.clear();
+        deployment.restart_api(index).await;
+        tokio::time::sleep(pause(prng, 500, 2_000)).await;
+    }
+}
+
+/// Whether `keys list --pepper previous --pepper unrecorded` lists a key (or cannot tell).
+async fn still_hashed_under_a_previous_pepper(deployment: &Deployment) -> bool {
+    let mut list = Launch::api()
+        .args(["keys", "list", "--pepper", "previous", "--pepper", "unrecorded", "--output", "json"])
+        .env("DATABASE_URL", &deployment.database_url());
+    for (name, value) in deployment.peppers[0].env() {
+        list = list.env(name, &value);
+    }
+    let Some(run) = list.try_run(Duration::from_secs(30)).await else { return true };
+    let listed: Option<serde_json::Value> = serde_json::from_str(run.stdout.trim()).ok();
+    run.code != Some(0) || listed.as_ref().and_then(serde_json::Value::as_array).is_none_or(|keys| !keys.is_empty())
 }
 
 /// A standby stopped a moment before the primary is lost, so it misses the last writes;

@@ -559,6 +559,29 @@ async fn production_mode_holds_every_previous_key_pepper_to_the_current_ones_rul
     }
 }
 
+/// A pepper or cursor secret in use must hold no comma: rotated out, it goes into a
+/// comma-separated list, where it would be split into two values that match nothing, and
+/// every key (or token) under it would be refused at once. Refused at start, in any mode,
+/// naming the setting and never echoing the value.
+#[tokio::test]
+async fn a_key_pepper_or_cursor_secret_holding_a_comma_is_refused_at_start() {
+    let db = TestDatabase::create().await;
+    let with_a_comma = "a secret of more than thirty-two bytes, with a comma";
+    for (setting, other) in
+        [("LECTERN_KEY_PEPPER", "LECTERN_CURSOR_SECRET"), ("LECTERN_CURSOR_SECRET", "LECTERN_KEY_PEPPER")]
+    {
+        let env = [("DATABASE_URL", db.url.as_str()), (setting, with_a_comma), (other, LONG_SECRET)];
+        for args in [&["keys", "list"][..], &["serve", "--listen", "127.0.0.1:0"]] {
+            if setting == "LECTERN_CURSOR_SECRET" && args[0] == "keys" {
+                continue;
+            }
+            let refused = run(args, &env).await;
+            refused.assert_one_line_error(None, &[setting, "comma"]);
+            assert!(!refused.stderr.contains("with a comma"), "the secret is echoed: {}", refused.stderr);
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_listen_flag_that_is_not_an_address_is_exit_2_naming_listen() {
     let db = TestDatabase::create().await;
@@ -638,7 +661,7 @@ async fn production_mode_with_real_secrets_serves_without_the_development_warnin
         ("DATABASE_URL", &db.url),
         ("LECTERN_PRODUCTION", "1"),
         ("LECTERN_KEY_PEPPER", LONG_SECRET),
-        ("LECTERN_CURSOR_SECRET", "another production-grade secret, over thirty-two bytes"),
+        ("LECTERN_CURSOR_SECRET", "another production-grade secret: over thirty-two bytes"),
     ])
     .await;
 
