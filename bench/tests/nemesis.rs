@@ -108,3 +108,14 @@ async fn a_point_in_time_restore_keeps_every_token() {
     .await;
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// The key pepper rotated as the operations guide says, across both API processes while
+/// clients use their keys: the new pepper accepted everywhere, then hashed under, each a
+/// rolling restart; once `keys list --pepper previous --pepper unrecorded --pepper unknown`
+/// lists no key, the old pepper removed with a last rolling restart. No key is refused
+/// (a 401 is a violation) and every key is hashed again within a minute (a finding if not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_pepper_rotation_refuses_no_key_and_retires_the_old_pepper() {
+    let found = violations(5, Topology::Single, Some("0.500s key-pepper-rotation"), 1, Duration::from_secs(8)).await;
+    assert!(found.is_empty(), "{found:#?}");
+}

@@ -99,16 +99,17 @@ pub async fn listings_reach_the_ledger(
     listings
 }
 
-/// Brings `client` up to date from its token and compares its mirror with `listed`.
+/// Brings `client` up to date from its token (until `deadline`) and compares its mirror
+/// with `listed`.
 pub async fn mirror_equals_the_listing(
     client: &mut FeedClient,
     shared: &super::clients::Shared,
     listed: &BTreeMap<String, Value>,
+    deadline: Instant,
 ) {
     let mut prng = lectern_fixtures::prng::Prng::new(&[client.tenant as u64, client.syncs]);
     let syncs = client.syncs;
     client.checked = true;
-    let deadline = Instant::now() + SETTLES_WITHIN;
     // Until it has finished one more sync than before: a whole pass to the feed's head.
     while client.syncs == syncs && Instant::now() < deadline {
         client.step(shared, &mut prng).await;

@@ -54,7 +54,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,

@@ -211,7 +211,7 @@ pub async fn run(settings: &Settings) -> Outcome {
         let began = tokio::time::Instant::now();
         for step in &schedule.steps {
             tokio::time::sleep_until(began + step.at).await;
-            strike::strike(&mut deployment, step.fault, &mut prng, &strikes).await;
+            strike::strike(&mut deployment, step.fault, &mut prng, &strikes, &findings).await;
             *outcome.struck.entry(step.fault).or_default() += 1;
         }
         tokio::time::sleep_until(began + settings.window).await;
@@ -227,9 +227,12 @@ pub async fn run(settings: &Settings) -> Outcome {
             held.push(client.lock().await);
         }
         let listings = check::listings_reach_the_ledger(&shared.http, &deployment, &ledger, &findings).await;
+        // One deadline for every client: when none can sync (every key refused), the check
+        // still ends within it rather than once per client.
+        let deadline = Instant::now() + check::SETTLES_WITHIN;
         for client in &mut held {
             let listed = listings.get(&(client.tenant, client.resource)).cloned().unwrap_or_default();
-            check::mirror_equals_the_listing(client, &shared, &listed).await;
+            check::mirror_equals_the_listing(client, &shared, &listed, deadline).await;
         }
         check::verify_agrees(&deployment, &findings).await;
         let found = findings.take();
