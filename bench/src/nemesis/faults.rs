@@ -50,11 +50,12 @@ pub enum FaultKind {
     NatsNodeLoss,
     ReplicaLagging,
     PepperRotation,
+    StreamAgesEventsOut,
 }
 
 impl FaultKind {
     /// Every kind, in the catalogue's order.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::PostgresCrash,
         Self::FailoverToLaggingStandby,
         Self::SecondFailoverToSibling,
@@ -72,6 +73,7 @@ impl FaultKind {
         Self::NatsNodeLoss,
         Self::ReplicaLagging,
         Self::PepperRotation,
+        Self::StreamAgesEventsOut,
     ];
 }
 
@@ -107,6 +109,7 @@ pub const CATALOGUE: &[Fault] = &[
     fault(FaultKind::NatsNodeLoss, "nats-node-loss", Some(Topology::Scale), false),
     fault(FaultKind::ReplicaLagging, "replica-lagging", Some(Topology::Scale), false),
     fault(FaultKind::PepperRotation, "key-pepper-rotation", None, false),
+    fault(FaultKind::StreamAgesEventsOut, "stream-ages-events-out", None, false),
 ];
 
 const fn fault(kind: FaultKind, name: &'static str, only_on: Option<Topology>, may_start_over: bool) -> Fault {

@@ -25,7 +25,7 @@ pub mod schedule;
 pub mod strike;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,11 +72,20 @@ pub struct Strikes {
     window: Arc<std::sync::Mutex<(u32, Option<Instant>)>>,
     /// When the run began: findings give their times from it.
     pub epoch: Instant,
+    /// Whether a fault has aged events out of the stream: only then may events be lost
+    /// (counted by the projector) and `verify` say it cannot tell.
+    pub aged_out: Arc<AtomicBool>,
 }
 
 impl Default for Strikes {
     fn default() -> Self {
-        Self { forks_begun: Arc::default(), forks_ended: Arc::default(), window: Arc::default(), epoch: Instant::now() }
+        Self {
+            forks_begun: Arc::default(),
+            forks_ended: Arc::default(),
+            window: Arc::default(),
+            epoch: Instant::now(),
+            aged_out: Arc::default(),
+        }
     }
 }
 
@@ -156,6 +165,9 @@ pub struct Outcome {
     pub start_overs: u64,
     pub late_start_overs: u64,
     pub unavailable: u64,
+    /// Records with an event the projector recorded as lost (the stream no longer held it
+    /// when the database needed it again), at the last check.
+    pub lost_records: usize,
     pub violations: Vec<Violation>,
     pub elapsed: Duration,
 }
@@ -226,15 +238,22 @@ pub async fn run(settings: &Settings) -> Outcome {
         for client in &clients {
             held.push(client.lock().await);
         }
-        let listings = check::listings_reach_the_ledger(&shared.http, &deployment, &ledger, &findings).await;
+        let (listings, lost) = check::listings_reach_the_ledger(&shared.http, &deployment, &ledger, &findings).await;
+        outcome.lost_records = lost.len();
+        if !lost.is_empty() && !strikes.aged_out.load(Ordering::SeqCst) {
+            findings.add(format!(
+                "the projector found events lost ({} records behind) though no fault aged events out of the stream",
+                lost.len()
+            ));
+        }
         // One deadline for every client: when none can sync (every key refused), the check
         // still ends within it rather than once per client.
         let deadline = Instant::now() + check::SETTLES_WITHIN;
         for client in &mut held {
             let listed = listings.get(&(client.tenant, client.resource)).cloned().unwrap_or_default();
-            check::mirror_equals_the_listing(client, &shared, &listed, deadline).await;
+            check::mirror_equals_the_listing(client, &shared, &listed, &lost, deadline).await;
         }
-        check::verify_agrees(&deployment, &findings).await;
+        check::verify_agrees(&deployment, strikes.aged_out.load(Ordering::SeqCst), &findings).await;
         let found = findings.take();
         if !found.is_empty() {
             eprintln!("nemesis: the database's histories: {}", deployment.histories().await);

@@ -40,6 +40,8 @@ pub struct Record {
     deleted: bool,
     /// Every event published for it, for redeliveries.
     sent: Vec<Value>,
+    /// The stream sequence JetStream acknowledged each of its publishes at.
+    sequences: Vec<u64>,
 }
 
 /// What the publisher has had acknowledged: the expected state of every record.
@@ -58,6 +60,20 @@ impl Ledger {
             .iter()
             .filter(|record| record.tenant == tenant && record.resource == resource && record.active)
             .map(|record| (record.id.to_string(), record.name.clone().unwrap_or_default()))
+            .collect()
+    }
+}
+
+impl Ledger {
+    /// The ids of the records one of whose events JetStream acknowledged at a sequence in
+    /// `lost` (half-open ranges of stream sequences).
+    pub fn records_with_events_in(&self, lost: &[(u64, u64)]) -> std::collections::BTreeSet<String> {
+        self.records
+            .iter()
+            .filter(|record| {
+                record.sequences.iter().any(|sequence| lost.iter().any(|(from, to)| (from..to).contains(&sequence)))
+            })
+            .map(|record| record.id.to_string())
             .collect()
     }
 }
@@ -106,9 +122,10 @@ async fn step(
             name: None,
             deleted: false,
             sent: Vec::new(),
+            sequences: Vec::new(),
         };
         let event = next_event(&mut record, tenants, 1, "created", data);
-        send(jetstream, &event).await;
+        record.sequences.push(send(jetstream, &event).await);
         ledger.records.push(record);
         ledger.events += 1;
         return;
@@ -128,7 +145,8 @@ async fn step(
     if kinds.is_empty() {
         // A redelivery: an event already acknowledged, sent again as a new message.
         let again = record.sent[prng.below(record.sent.len())].clone();
-        send(jetstream, &again).await;
+        let sequence = send(jetstream, &again).await;
+        record.sequences.push(sequence);
         ledger.redelivered += 1;
         ledger.events += 1;
         return;
@@ -143,7 +161,8 @@ async fn step(
         ledger.out_of_order += 1;
     }
     for event in events.iter().rev() {
-        send(jetstream, event).await;
+        let sequence = send(jetstream, event).await;
+        record.sequences.push(sequence);
         ledger.events += 1;
     }
 }
@@ -179,10 +198,10 @@ fn next_event(record: &mut Record, tenants: &[Tenant], version: i64, kind: &str,
     event
 }
 
-/// Publishes `event` until JetStream acknowledges it: through a restart of the server the
-/// client reconnects, and a publish whose ack was lost is sent again (a duplicate the
-/// projector must take as one).
-async fn send(jetstream: &jetstream::Context, event: &Value) {
+/// Publishes `event` until JetStream acknowledges it, and returns the sequence it was
+/// acknowledged at: through a restart of the server the client reconnects, and a publish
+/// whose ack was lost is sent again (a duplicate the projector must take as one).
+async fn send(jetstream: &jetstream::Context, event: &Value) -> u64 {
     let subject = subject_of(event);
     let payload = event.to_string();
     loop {
@@ -190,8 +209,8 @@ async fn send(jetstream: &jetstream::Context, event: &Value) {
             let ack = jetstream.publish(subject.clone(), payload.clone().into()).await.ok()?;
             ack.await.ok()
         };
-        if let Ok(Some(_)) = tokio::time::timeout(ACK_WITHIN, attempt).await {
-            return;
+        if let Ok(Some(ack)) = tokio::time::timeout(ACK_WITHIN, attempt).await {
+            return ack.sequence;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -2,6 +2,7 @@
 //! real servers crashed, promoted, restored and pointed at, as `docs/operations.md` has an
 //! operator do it and nothing more.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lectern_fixtures::prng::Prng;
@@ -31,6 +32,7 @@ pub async fn strike(
         FaultKind::FailoverToLaggingStandby
             | FaultKind::SecondFailoverToSibling
             | FaultKind::OldPrimaryBehindSameAddress
+            | FaultKind::StreamAgesEventsOut
     ) {
         deployment.standbys_of_the_primary().await;
     }
@@ -72,6 +74,18 @@ pub async fn strike(
             let mut first = deployment.serve_from(second);
             first.stop().await;
             drop(original);
+        }
+        FaultKind::StreamAgesEventsOut => {
+            // A standby falls behind, the stream lets go of every event it holds (as a
+            // retention limit shorter than the standby's lag does), then the primary is lost
+            // and the standby promoted: what it missed can no longer be applied again.
+            let lagging = lagging_standby(deployment, prng).await;
+            tokio::time::sleep(pause(prng, 1_000, 3_000)).await;
+            strikes.aged_out.store(true, Ordering::SeqCst);
+            if let Err(problem) = empty_the_stream(&deployment.nats.url()).await {
+                findings.add(format!("the stream could not be emptied: {problem}"));
+            }
+            deployment.fail_over_to(lagging).await;
         }
         FaultKind::PointInTimeRestore => {
             // A base backup, a point in time a moment later, writes after that point which
@@ -248,6 +262,15 @@ async fn lagging_standby(deployment: &mut Deployment, prng: &mut Prng) -> TestPo
     standby.stop().await;
     tokio::time::sleep(pause(prng, 200, 2_000)).await;
     standby
+}
+
+/// Purges the stream of every event it holds, as a retention limit ages them out.
+async fn empty_the_stream(nats_url: &str) -> Result<(), String> {
+    let client = lectern_projector::stream::connect_once(nats_url).await.map_err(|error| error.to_string())?;
+    let jetstream = async_nats::jetstream::new(client);
+    let stream = jetstream.get_stream(lectern_projector::stream::STREAM).await.map_err(|error| error.to_string())?;
+    stream.purge().await.map_err(|error| error.to_string())?;
+    Ok(())
 }
 
 /// A fresh server, able to stream to standbys, with `dump` restored into it.
