@@ -107,6 +107,16 @@ impl Receiver {
         self.state.deliveries.lock().expect("deliveries").clone()
     }
 
+    /// How many deliveries have arrived so far.
+    pub fn count(&self) -> usize {
+        self.state.deliveries.lock().expect("deliveries").len()
+    }
+
+    /// The deliveries from the `first` on (0: all), without copying the earlier ones.
+    pub fn deliveries_from(&self, first: usize) -> Vec<Delivery> {
+        self.state.deliveries.lock().expect("deliveries").get(first..).map(<[Delivery]>::to_vec).unwrap_or_default()
+    }
+
     /// Waits until `enough` holds for the deliveries so far, or panics after `within`.
     pub async fn wait_for(&self, within: Duration, what: &str, enough: impl Fn(&[Delivery]) -> bool) -> Vec<Delivery> {
         let deadline = Instant::now() + within;

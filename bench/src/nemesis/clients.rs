@@ -27,9 +27,12 @@ pub enum Style {
     LongPoll,
     Pauses,
     StartsAgain,
+    /// Pulls only when a webhook delivery announces a change ([`super::webhooks`]).
+    Webhook,
 }
 
 impl Style {
+    /// The styles of the clients that follow the feed by themselves.
     pub const ALL: [Self; 3] = [Self::LongPoll, Self::Pauses, Self::StartsAgain];
 }
 
@@ -212,7 +215,7 @@ impl FeedClient {
             return Duration::ZERO;
         }
         match self.style {
-            Style::LongPoll => Duration::ZERO,
+            Style::LongPoll | Style::Webhook => Duration::ZERO,
             Style::Pauses => Duration::from_millis(prng.below(4_000) as u64),
             Style::StartsAgain => {
                 if prng.chance(15) {

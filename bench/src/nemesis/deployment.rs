@@ -145,6 +145,8 @@ pub struct Deployment {
     pub peppers: Vec<Peppers>,
     pub endpoints: Endpoints,
     pub tenants: Vec<Tenant>,
+    /// The ids of the webhook endpoints registered (one per workspace, both resources).
+    pub webhook_endpoints: Vec<String>,
 }
 
 impl Deployment {
@@ -180,6 +182,7 @@ impl Deployment {
             peppers: vec![Peppers { current: TEST_PEPPER.to_owned(), previous: Vec::new() }; API_PROCESSES],
             endpoints: Endpoints::default(),
             tenants,
+            webhook_endpoints: Vec::new(),
         };
         for index in 0..projectors {
             deployment.start_projector(index).await;
@@ -205,7 +208,10 @@ impl Deployment {
 
     pub async fn start_api(&mut self, index: usize) {
         let secrets = &self.cursor_secrets[index];
-        let mut serve = Serve::on(&self.database_url()).env("LECTERN_CURSOR_SECRET", &secrets.signing);
+        // Webhook deliveries go to the nemesis' receiver on loopback.
+        let mut serve = Serve::on(&self.database_url())
+            .env("LECTERN_CURSOR_SECRET", &secrets.signing)
+            .env("LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "1");
         if !secrets.previous.is_empty() {
             serve = serve.env("LECTERN_PREVIOUS_CURSOR_SECRETS", &secrets.previous.join(","));
         }

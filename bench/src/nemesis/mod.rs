@@ -23,6 +23,7 @@ pub mod publisher;
 pub mod report;
 pub mod schedule;
 pub mod strike;
+pub mod webhooks;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -165,6 +166,8 @@ pub struct Outcome {
     pub start_overs: u64,
     pub late_start_overs: u64,
     pub unavailable: u64,
+    /// Webhook deliveries the receiver took.
+    pub deliveries: usize,
     /// Records with an event the projector recorded as lost (the stream no longer held it
     /// when the database needed it again), at the last check.
     pub lost_records: usize,
@@ -194,6 +197,9 @@ pub async fn run(settings: &Settings) -> Outcome {
         http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("an HTTP client"),
     };
     let mut clients = Vec::new();
+    let receiver = Arc::new(lectern_tests::webhooks::Receiver::start().await);
+    webhooks::register(&mut deployment, &receiver).await;
+    let mut hook_clients = Vec::new();
     for tenant in 0..deployment.tenants.len() {
         for resource in ["contacts", "items"] {
             for style in Style::ALL {
@@ -202,6 +208,15 @@ pub async fn run(settings: &Settings) -> Outcome {
                 tasks.push(tokio::spawn(clients::follow(client.clone(), shared.clone(), seed)));
                 clients.push(client);
             }
+            let client = Arc::new(Mutex::new(FeedClient::new(tenant, resource, Style::Webhook)));
+            let seed = prng_seed(settings.seed, 1_000 + hook_clients.len());
+            tasks.push(tokio::spawn(webhooks::follow_deliveries(
+                client.clone(),
+                shared.clone(),
+                receiver.clone(),
+                seed,
+            )));
+            hook_clients.push(client);
         }
     }
 
@@ -253,6 +268,8 @@ pub async fn run(settings: &Settings) -> Outcome {
             let listed = listings.get(&(client.tenant, client.resource)).cloned().unwrap_or_default();
             check::mirror_equals_the_listing(client, &shared, &listed, &lost, deadline).await;
         }
+        drop(held);
+        webhooks::mirrors_follow_the_deliveries(&hook_clients, &listings, &lost, &shared, deadline).await;
         check::verify_agrees(&deployment, strikes.aged_out.load(Ordering::SeqCst), &findings).await;
         let found = findings.take();
         if !found.is_empty() {
@@ -274,7 +291,8 @@ pub async fn run(settings: &Settings) -> Outcome {
     for task in &tasks {
         task.abort();
     }
-    for client in &clients {
+    outcome.deliveries = receiver.count();
+    for client in clients.iter().chain(&hook_clients) {
         let client = client.lock().await;
         outcome.syncs += client.syncs;
         outcome.start_overs += client.start_overs;

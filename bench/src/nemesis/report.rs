@@ -32,6 +32,7 @@ pub fn markdown(settings: &Settings, outcome: &Outcome, command_line: &str, mach
         ("client start-overs (after a fault that forks the history)", outcome.start_overs.to_string()),
         ("of which with no such fault underway since the token was handed out", outcome.late_start_overs.to_string()),
         ("client answers 503 or 429 (during faults)", outcome.unavailable.to_string()),
+        ("webhook deliveries received (each followed by a pull)", outcome.deliveries.to_string()),
         (
             "records with an event the projector counted lost (aged out of the stream before it was applied again)",
             outcome.lost_records.to_string(),

@@ -13,6 +13,7 @@ use sqlx::{Connection, PgConnection};
 
 use super::deployment::{new_secret, Deployment, Nats, API_PROCESSES};
 use super::faults::{Fault, FaultKind};
+use super::webhooks::webhooks_command;
 use super::{Findings, Strikes};
 
 /// Strikes `kind`. Faults that may fork the database's history are counted in `strikes`
@@ -223,6 +224,15 @@ async fn rotate_the_key_pepper(deployment: &mut Deployment, prng: &mut Prng, fin
             return;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Each endpoint's signing secret is sealed under a pepper: rotated (sealed under the
+    // new one) before the old pepper goes, as the webhooks section of the guide says.
+    for id in deployment.webhook_endpoints.clone() {
+        let run = webhooks_command(deployment, 0).args(["rotate-secret", &id]).run(Duration::from_secs(60)).await;
+        if run.code != Some(0) {
+            findings.add(format!("webhooks rotate-secret {id} failed (exit {:?}): {}", run.code, run.stderr.trim()));
+            return;
+        }
     }
     for index in 0..API_PROCESSES {
         deployment.peppers[index].previous.clear();
