@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lectern_api::feed::token::FeedScope;
 use lectern_fixtures::prng::Prng;
 use lectern_tests::app::urlencode;
 use serde_json::Value;
@@ -71,6 +72,7 @@ pub struct Shared {
     pub findings: Findings,
     pub strikes: Strikes,
     pub http: reqwest::Client,
+    pub cursor_secrets: super::deployment::CursorSecretsEver,
 }
 
 impl FeedClient {
@@ -93,6 +95,12 @@ impl FeedClient {
             late_start_overs: 0,
             unavailable: 0,
         }
+    }
+
+    /// The history `token` names, opened as the API opens it, for a violation's report.
+    fn history_in(&self, token: &str, shared: &Shared) -> Option<i64> {
+        let scope = FeedScope { resource: self.resource, workspace_id: shared.tenants[self.tenant].workspace };
+        shared.cursor_secrets.tokens()?.open(token, scope).ok()?.history
     }
 
     fn start_over(&mut self) {
@@ -135,7 +143,7 @@ impl FeedClient {
                 // moved can still reach a client after it.
                 let forks_begun = shared.strikes.forks_begun();
                 if forks_begun <= self.forks_ended_at_start {
-                    let history = self.token.as_deref().and_then(history_in);
+                    let history = self.token.as_deref().and_then(|token| self.history_in(token, shared));
                     let since = |instant: std::time::Instant| instant.duration_since(shared.strikes.epoch);
                     shared.findings.add(format!(
                         "{}: told to start over at {:?} though no fault forking the database's history was \
@@ -225,15 +233,6 @@ impl FeedClient {
             }
         }
     }
-}
-
-/// The history a sync token names, read from its body (the fifth field, after the format,
-/// the position's transaction and id, and the WAL position), for a violation's report: the
-/// nemesis is Lectern's own client, the one that may look inside the opaque token.
-fn history_in(token: &str) -> Option<i64> {
-    use base64::Engine;
-    let body = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
-    body.get(33..41).and_then(|bytes| bytes.try_into().ok()).map(i64::from_be_bytes)
 }
 
 /// Runs `client` until the task is aborted; the client is locked for each step, so whoever

@@ -21,6 +21,7 @@ use lectern_tests::postgres::TestPostgres;
 use lectern_tests::projector::ProjectorProcess;
 use lectern_tests::seed::TEST_PEPPER;
 use lectern_tests::serve::Serve;
+use secrecy::SecretString;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Connection;
 use uuid::Uuid;
@@ -58,8 +59,6 @@ impl Nats {
 pub struct Replica {
     pub server: TestPostgres,
     pub address: Forwarder,
-    /// Whether it replays the primary that serves now.
-    pub follows: bool,
 }
 
 /// One workspace and a key reading both its resources.
@@ -118,6 +117,31 @@ impl Peppers {
     }
 }
 
+/// Every cursor secret the deployment has signed with, oldest first: what opens any token
+/// a client holds, for a violation's report.
+#[derive(Clone, Default)]
+pub struct CursorSecretsEver(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl CursorSecretsEver {
+    pub fn add(&self, secret: &str) {
+        if let Ok(mut secrets) = self.0.lock() {
+            secrets.push(secret.to_owned());
+        }
+    }
+
+    /// Sync tokens as the API opens them, under every one of the secrets.
+    pub fn tokens(&self) -> Option<lectern_api::feed::token::SyncTokens> {
+        let secrets = self.0.lock().ok()?;
+        let (current, previous) = secrets.split_last()?;
+        let previous = previous.iter().rev().map(|secret| SecretString::from(secret.clone())).collect();
+        let signing = lectern_api::signing::SigningSecrets::new(SecretString::from(current.clone()), previous);
+        Some(lectern_api::feed::token::SyncTokens::new(signing))
+    }
+}
+
+/// Each API process's `--db-pool-size`.
+const API_POOL_SIZE: &str = "6";
+
 /// A fresh cursor secret, random enough for a test deployment.
 pub fn new_secret() -> String {
     format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
@@ -129,9 +153,9 @@ pub struct Deployment {
     pub primary: TestPostgres,
     /// Standbys of [`Deployment::primary`] (until a fault leaves them following another).
     pub standbys: Vec<TestPostgres>,
-    /// Whether every standby still follows the primary: a failover or a restore leaves them
-    /// following a server that no longer serves.
-    pub standbys_follow: bool,
+    /// Whether the standbys and the replica still follow the primary: a failover or a
+    /// restore leaves them following a server that no longer serves.
+    pub copies_follow: bool,
     /// The stable database address every process is given.
     pub address: Forwarder,
     pub nats: Nats,
@@ -145,6 +169,8 @@ pub struct Deployment {
     pub peppers: Vec<Peppers>,
     pub endpoints: Endpoints,
     pub tenants: Vec<Tenant>,
+    /// Every cursor secret signed with so far.
+    pub cursor_secrets_ever: CursorSecretsEver,
     /// The ids of the webhook endpoints registered (one per workspace, both resources).
     pub webhook_endpoints: Vec<String>,
 }
@@ -162,23 +188,27 @@ impl Deployment {
             Topology::Scale => {
                 let server = primary.start_standby(None).await;
                 let address = Forwarder::start(server.port).await;
-                (Nats::Cluster(TestCluster::start().await), 2, Some(Replica { server, address, follows: true }))
+                (Nats::Cluster(TestCluster::start().await), 2, Some(Replica { server, address }))
             }
         };
         let mut standbys = Vec::with_capacity(STANDBYS);
         for _ in 0..STANDBYS {
             standbys.push(primary.start_standby(None).await);
         }
+        let first_secret = new_secret();
+        let cursor_secrets_ever = CursorSecretsEver::default();
+        cursor_secrets_ever.add(&first_secret);
         let mut deployment = Self {
             primary,
             standbys,
-            standbys_follow: true,
+            copies_follow: true,
             address,
             nats,
             projectors: (0..projectors).map(|_| None).collect(),
             replica,
             apis: (0..API_PROCESSES).map(|_| None).collect(),
-            cursor_secrets: vec![CursorSecrets { signing: new_secret(), previous: Vec::new() }; API_PROCESSES],
+            cursor_secrets: vec![CursorSecrets { signing: first_secret, previous: Vec::new() }; API_PROCESSES],
+            cursor_secrets_ever,
             peppers: vec![Peppers { current: TEST_PEPPER.to_owned(), previous: Vec::new() }; API_PROCESSES],
             endpoints: Endpoints::default(),
             tenants,
@@ -211,7 +241,10 @@ impl Deployment {
         // Webhook deliveries go to the nemesis' receiver on loopback.
         let mut serve = Serve::on(&self.database_url())
             .env("LECTERN_CURSOR_SECRET", &secrets.signing)
-            .env("LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "1");
+            .env("LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "1")
+            // Sized, as the operations guide asks, for every process on the test servers'
+            // 60 connections: two API processes at 2 × 6 + 2 + 4, two projectors, the checks.
+            .env("LECTERN_DB_POOL_SIZE", API_POOL_SIZE);
         if !secrets.previous.is_empty() {
             serve = serve.env("LECTERN_PREVIOUS_CURSOR_SECRETS", &secrets.previous.join(","));
         }
@@ -257,30 +290,26 @@ impl Deployment {
 
     /// Every copy of the primary follows one that no longer serves.
     fn primary_replaced(&mut self) {
-        self.standbys_follow = false;
-        if let Some(replica) = self.replica.as_mut() {
-            replica.follows = false;
-        }
+        self.copies_follow = false;
     }
 
     /// Two standbys following the primary that serves now, copied afresh unless they do.
     pub async fn standbys_of_the_primary(&mut self) {
-        if let Some(replica) = self.replica.as_mut().filter(|replica| !replica.follows) {
+        if let Some(replica) = self.replica.as_mut().filter(|_| !self.copies_follow) {
             // As the operations guide has it: a fresh copy, and the replica's name pointed
             // at it; the API process reading from it needs no restart.
             let fresh = self.primary.start_standby(None).await;
             replica.address.point_at(fresh.port);
             replica.server = fresh;
-            replica.follows = true;
         }
-        if self.standbys_follow && self.standbys.len() == STANDBYS {
+        if self.copies_follow && self.standbys.len() == STANDBYS {
             return;
         }
         self.standbys.clear();
         for _ in 0..STANDBYS {
             self.standbys.push(self.primary.start_standby(None).await);
         }
-        self.standbys_follow = true;
+        self.copies_follow = true;
     }
 
     /// Serves from `server`, already taking writes, behind the stable address.

@@ -195,6 +195,7 @@ pub async fn run(settings: &Settings) -> Outcome {
         findings: findings.clone(),
         strikes: strikes.clone(),
         http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("an HTTP client"),
+        cursor_secrets: deployment.cursor_secrets_ever.clone(),
     };
     let mut clients = Vec::new();
     let receiver = Arc::new(lectern_tests::webhooks::Receiver::start().await);

@@ -173,6 +173,7 @@ const PREVIOUS_SECRETS_KEPT: usize = 3;
 /// process) with a pause between processes in which clients reach both.
 async fn rotate_the_cursor_secret(deployment: &mut Deployment, prng: &mut Prng) {
     let new = new_secret();
+    deployment.cursor_secrets_ever.add(&new);
     for index in 0..API_PROCESSES {
         deployment.cursor_secrets[index].previous.insert(0, new.clone());
         deployment.restart_api(index).await;
