@@ -254,13 +254,13 @@ fn look_again<R: Resource>(
 /// descends from.
 #[derive(Clone, Copy, Debug)]
 struct Admitted {
-    since: FeedPosition,
     /// The WAL position to read at least at (0 when the token's is another history's).
     seen: WalPosition,
     /// The history it was admitted into; `None` for a token without one (the formats
     /// before histories, or none at all), which any history serves.
     within: Option<HistoryId>,
-    /// Where the token stood, handed back as it was by a look that finds nothing past it.
+    /// Where the token stood (the look starts after its position), handed back as it was by
+    /// a look that finds nothing past it.
     asked: Standing,
 }
 
@@ -327,7 +327,7 @@ impl<R: Resource> Feed<'_, R> {
     /// Tokens of the formats before histories carry none and are taken as they always were.
     async fn admit(&self, standing: Standing) -> Result<Admitted, ApiError> {
         let Some(history) = standing.history else {
-            return Ok(Admitted { since: standing.position, seen: standing.read_at, within: None, asked: standing });
+            return Ok(Admitted { seen: standing.read_at, within: None, asked: standing });
         };
         let state = self.state;
         let mut current = match state.bound.current() {
@@ -335,12 +335,7 @@ impl<R: Resource> Feed<'_, R> {
             None => state.bound.for_reading(&state.pool).await?.history,
         };
         if current == history {
-            return Ok(Admitted {
-                since: standing.position,
-                seen: standing.read_at,
-                within: Some(current),
-                asked: standing,
-            });
+            return Ok(Admitted { seen: standing.read_at, within: Some(current), asked: standing });
         }
         // Asked in the history this process saw last; then, when the database is no longer in
         // it or it does not descend from the token's (this process may be the one behind), in
@@ -348,9 +343,7 @@ impl<R: Resource> Feed<'_, R> {
         let mut sampled = false;
         for _ in 0..LOOKS_ACROSS_HISTORIES {
             match state.lineage.descends(&state.pool, current, history).await? {
-                Some(true) => {
-                    return Ok(Admitted { since: standing.position, seen: 0, within: Some(current), asked: standing })
-                }
+                Some(true) => return Ok(Admitted { seen: 0, within: Some(current), asked: standing }),
                 Some(false) if sampled => {
                     tracing::warn!(
                         resource = R::NAME,
@@ -368,12 +361,7 @@ impl<R: Resource> Feed<'_, R> {
             current = state.bound.sampled_since(&state.pool, std::time::Instant::now()).await?.history;
             sampled = true;
             if current == history {
-                return Ok(Admitted {
-                    since: standing.position,
-                    seen: standing.read_at,
-                    within: Some(current),
-                    asked: standing,
-                });
+                return Ok(Admitted { seen: standing.read_at, within: Some(current), asked: standing });
             }
         }
         Err(history_keeps_changing())
@@ -407,7 +395,8 @@ impl<R: Resource> Feed<'_, R> {
         limit: usize,
         began: std::time::Instant,
     ) -> Result<Option<Look>, ApiError> {
-        let Admitted { since, seen, within, asked } = admitted;
+        let Admitted { seen, within, asked } = admitted;
+        let since = asked.position;
         // A token of an earlier history that finds nothing past it is handed back as it came.
         // Moved to the bound, it would claim a place in the history read now, of which the
         // client was served nothing; and should the database go back to the earlier one (the
