@@ -18,10 +18,12 @@ use lectern_api::keys::Scope;
 use lectern_tests::forwarder::Forwarder;
 use lectern_tests::nats::{TestCluster, TestNats};
 use lectern_tests::postgres::TestPostgres;
+use lectern_tests::process::Launch;
 use lectern_tests::projector::ProjectorProcess;
 use lectern_tests::seed::TEST_PEPPER;
 use lectern_tests::serve::Serve;
 use secrecy::SecretString;
+use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Connection;
 use uuid::Uuid;
@@ -369,6 +371,23 @@ impl Deployment {
             }
         }
         lines
+    }
+
+    /// Each key as `keys list` shows it with the peppers API process 0 has (the pepper its
+    /// hash depends on), for a violation's report.
+    pub async fn keys_report(&self) -> String {
+        let mut list =
+            Launch::api().args(["keys", "list", "--output", "json"]).env("DATABASE_URL", &self.database_url());
+        for (name, value) in self.peppers[0].env() {
+            list = list.env(name, &value);
+        }
+        let Some(run) = list.try_run(Duration::from_secs(30)).await else {
+            return "keys list did not answer".to_owned();
+        };
+        let keys: Vec<Value> = serde_json::from_str(run.stdout.trim()).unwrap_or_default();
+        let shown: Vec<String> =
+            keys.iter().map(|key| format!("{} {} last used {}", key["id"], key["pepper"], key["lastUsedAt"])).collect();
+        format!("{} (exit {:?}) {}", shown.join("; "), run.code, run.stderr.trim())
     }
 
     /// The processes that exited by themselves (never struck down, so they crashed), with

@@ -275,6 +275,7 @@ pub async fn run(settings: &Settings) -> Outcome {
         let found = findings.take();
         if !found.is_empty() {
             eprintln!("nemesis: the database's histories: {}", deployment.histories().await);
+            eprintln!("nemesis: the keys: {}", deployment.keys_report().await);
             for line in deployment.history_log_lines() {
                 eprintln!("nemesis: {line}");
             }
