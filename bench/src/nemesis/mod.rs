@@ -234,7 +234,7 @@ pub async fn run(settings: &Settings) -> Outcome {
         if out_of_time || settings.most_schedules.is_some_and(|most| outcome.schedules >= most) {
             break;
         }
-        eprintln!("nemesis: seed {} {schedule}", settings.seed);
+        eprintln!("nemesis: seed {} {schedule} (from {:?} into the run)", settings.seed, strikes.epoch.elapsed());
         let mut prng = Prng::new(&[settings.seed, schedule.index, 0x5e7]);
         let began = tokio::time::Instant::now();
         for step in &schedule.steps {
