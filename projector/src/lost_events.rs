@@ -4,8 +4,9 @@
 //! The ledger ([`crate::daemon::ledger`]) applies again what a failover, a restore or a
 //! crash made the database forget, from the stream. An event the stream no longer holds
 //! (aged out by a limit, purged, deleted, or of a stream deleted and created again) cannot
-//! come back that way: the record it wrote may stay at an older version, or missing, and
-//! clients that had the newer one keep it. Such sequences are recorded here rather than
+//! come back that way: the record it wrote may stay at an older version, or missing;
+//! clients that had the newer one keep it, until an older version sent again is applied
+//! over what the database holds and served to them. Such sequences are recorded here rather than
 //! as held, in the same breath counted by a metric, shown by `status` and by readiness
 //! (degraded) and named in an ERROR line, until an operator has dealt with them (published
 //! the events again from the upstream's outbox, or accepted the loss) and says so

@@ -82,17 +82,19 @@ async fn lost_sequences(deployment: &Deployment) -> Result<Vec<(u64, u64)>, sqlx
 }
 
 /// Waits until every workspace's listing is what the ledger expects, but for records with
-/// an event the projector recorded as lost; a finding for each that is not within
-/// [`SETTLES_WITHIN`]. Returns the listings and those records.
+/// an event the projector recorded as lost (in this database, or `known_lost` from earlier
+/// checks: a later restore may not hold the record of the loss); a finding for each that
+/// is not within [`SETTLES_WITHIN`]. Returns the listings and those records.
 pub async fn listings_reach_the_ledger(
     http: &reqwest::Client,
     deployment: &Deployment,
     ledger: &Ledger,
+    known_lost: &BTreeSet<String>,
     findings: &Findings,
 ) -> (BTreeMap<(usize, &'static str), BTreeMap<String, Value>>, BTreeSet<String>) {
     let deadline = Instant::now() + SETTLES_WITHIN;
     let mut listings = BTreeMap::new();
-    let mut lost = BTreeSet::new();
+    let mut lost = known_lost.clone();
     for (index, tenant) in deployment.tenants.iter().enumerate() {
         for resource in ["contacts", "items"] {
             let expected = ledger.expected(index, resource);
@@ -101,7 +103,7 @@ pub async fn listings_reach_the_ledger(
                 let listed = listing(http, &base, tenant, resource).await;
                 // Read after the listing: a record the listing shows behind was lost by then.
                 if let Ok(sequences) = lost_sequences(deployment).await {
-                    lost = ledger.records_with_events_in(&sequences);
+                    lost.extend(ledger.records_with_events_in(&sequences));
                 }
                 let problem = match &listed {
                     Ok(listed) => differences(listed, &expected, &lost),

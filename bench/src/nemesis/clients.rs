@@ -193,12 +193,15 @@ impl FeedClient {
                     // Which histories the token asked in and the page answered with, and when.
                     let asked = self.token.as_deref().and_then(|token| self.history_in(token, shared));
                     let answered = page["syncToken"].as_str().and_then(|token| self.history_in(token, shared));
-                    shared.findings.add(format!(
-                        "{}: record {id} went back from version {highest} to {version} without a start-over, at \
+                    shared.findings.add_about(
+                        &id,
+                        format!(
+                            "{}: record {id} went back from version {highest} to {version} without a start-over, at \
                          {:?} (asked with a token of history {asked:?}, answered with one of {answered:?})",
-                        self.name,
-                        std::time::Instant::now().duration_since(shared.strikes.epoch),
-                    ));
+                            self.name,
+                            std::time::Instant::now().duration_since(shared.strikes.epoch),
+                        ),
+                    );
                 }
                 let highest = self.highest.entry(id.clone()).or_insert(version);
                 *highest = (*highest).max(version);

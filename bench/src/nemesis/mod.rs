@@ -25,7 +25,7 @@ pub mod schedule;
 pub mod strike;
 pub mod webhooks;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,19 +42,38 @@ use schedule::Schedules;
 /// Each schedule's window: its faults strike within it, then the stack is healed and checked.
 pub const WINDOW: Duration = Duration::from_secs(20);
 
-/// What the checkers found, gathered from every task.
+/// What the checkers found, gathered from every task: findings, and findings about one
+/// record, which events the projector counted lost excuse (see [`Findings::take`]).
 #[derive(Clone, Default)]
-pub struct Findings(Arc<std::sync::Mutex<Vec<String>>>);
+pub struct Findings(Arc<std::sync::Mutex<Found>>);
+
+/// Findings, and findings about one record (its id, the finding).
+type Found = (Vec<String>, Vec<(String, String)>);
 
 impl Findings {
     pub fn add(&self, finding: String) {
         if let Ok(mut findings) = self.0.lock() {
-            findings.push(finding);
+            findings.0.push(finding);
         }
     }
 
-    fn take(&self) -> Vec<String> {
-        self.0.lock().map(|mut findings| std::mem::take(&mut *findings)).unwrap_or_default()
+    /// A finding about record `id`: a record with an event the stream no longer held when
+    /// the database needed it again may be at an older version than a client was served,
+    /// and an older version the upstream sends again is then applied and served.
+    pub fn add_about(&self, id: &str, finding: String) {
+        if let Ok(mut findings) = self.0.lock() {
+            findings.1.push((id.to_owned(), finding));
+        }
+    }
+
+    /// Every finding so far, but those about a record in `lost`.
+    fn take(&self, lost: &BTreeSet<String>) -> Vec<String> {
+        let Ok(mut findings) = self.0.lock() else { return Vec::new() };
+        let (general, about) = std::mem::take(&mut *findings);
+        general
+            .into_iter()
+            .chain(about.into_iter().filter(|(id, _)| !lost.contains(id)).map(|(_, finding)| finding))
+            .collect()
     }
 }
 
@@ -222,6 +241,8 @@ pub async fn run(settings: &Settings) -> Outcome {
     }
 
     let mut outcome = Outcome::default();
+    // Records with an event the projector counted lost, in any check so far.
+    let mut lost_so_far = BTreeSet::new();
     // A replay strikes the one schedule it names; otherwise schedules are drawn from the seed.
     let schedules: Box<dyn Iterator<Item = schedule::Schedule> + Send> = match &settings.replay {
         Some(schedule) => Box::new(std::iter::once(schedule.clone())),
@@ -254,7 +275,9 @@ pub async fn run(settings: &Settings) -> Outcome {
         for client in &clients {
             held.push(client.lock().await);
         }
-        let (listings, lost) = check::listings_reach_the_ledger(&shared.http, &deployment, &ledger, &findings).await;
+        let (listings, lost) =
+            check::listings_reach_the_ledger(&shared.http, &deployment, &ledger, &lost_so_far, &findings).await;
+        lost_so_far.clone_from(&lost);
         outcome.lost_records = lost.len();
         if !lost.is_empty() && !strikes.aged_out.load(Ordering::SeqCst) {
             findings.add(format!(
@@ -272,7 +295,7 @@ pub async fn run(settings: &Settings) -> Outcome {
         drop(held);
         webhooks::mirrors_follow_the_deliveries(&hook_clients, &listings, &lost, &shared, deadline).await;
         check::verify_agrees(&deployment, strikes.aged_out.load(Ordering::SeqCst), &findings).await;
-        let found = findings.take();
+        let found = findings.take(&lost);
         if !found.is_empty() {
             eprintln!("nemesis: the database's histories: {}", deployment.histories().await);
             eprintln!("nemesis: the keys: {}", deployment.keys_report().await);
