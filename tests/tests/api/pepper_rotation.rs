@@ -17,8 +17,8 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-const BEFORE: &str = "the key pepper before the rotation, at least 32 bytes";
-const AFTER: &str = "the key pepper after the rotation, at least 32 bytes long";
+const BEFORE: &str = "the key pepper before the rotation: at least 32 bytes";
+const AFTER: &str = "the key pepper after the rotation: at least 32 bytes long";
 /// Re-hashes are written with last-used times, every 5 seconds.
 const REHASH_WITHIN: Duration = Duration::from_secs(15);
 

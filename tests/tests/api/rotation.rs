@@ -7,8 +7,8 @@ use lectern_tests::app::{urlencode, AppOptions, TestApp};
 use lectern_tests::seed::insert_contacts;
 use lectern_tests::{Reply, TestDatabase};
 
-const BEFORE: &str = "the cursor secret before the rotation, at least 32 bytes";
-const AFTER: &str = "the cursor secret after the rotation, at least 32 bytes long";
+const BEFORE: &str = "the cursor secret before the rotation: at least 32 bytes";
+const AFTER: &str = "the cursor secret after the rotation: at least 32 bytes long";
 
 async fn signed_with(db: &TestDatabase, current: &str, previous: &[&str]) -> TestApp {
     let options = AppOptions {
