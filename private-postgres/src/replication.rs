@@ -45,13 +45,16 @@ impl PrivatePostgres {
     pub async fn start_standby(&self, settings: &str) -> Result<Self> {
         let mut standby = Self::unstarted(String::new())?;
         standby.base_backup_of(self.port).await?;
-        // pg_basebackup -R wrote how to reach the primary into the copy of the primary's
-        // postgresql.auto.conf, which `configure` replaces: it is kept from there.
+        // pg_basebackup -R appended how to reach the primary to the copy of the primary's
+        // postgresql.auto.conf, which `configure` replaces: it is kept from there. The last
+        // line is the one -R wrote: a primary that was once a standby (promoted by a
+        // failover) still lists the server it followed before, and a copy that kept that
+        // line followed a server long gone, silently behind from the moment it was made.
         let auto_conf = standby.data_dir().join("postgresql.auto.conf");
         let backup_settings = std::fs::read_to_string(&auto_conf)
             .map_err(|source| Error::Io { what: format!("read the base backup's {}", auto_conf.display()), source })?;
         let primary_conninfo =
-            backup_settings.lines().find(|line| line.starts_with("primary_conninfo")).ok_or_else(|| {
+            backup_settings.lines().filter(|line| line.starts_with("primary_conninfo")).last().ok_or_else(|| {
                 Error::Unexpected {
                     what: "pg_basebackup -R wrote no primary_conninfo".to_owned(),
                     found: backup_settings.clone(),

@@ -55,6 +55,27 @@ async fn a_delayed_standby_holds_back_received_commits_until_the_delay_is_lifted
     let _ = on_primary.close().await;
 }
 
+/// The rule: a standby copied from a primary that was itself once a standby (promoted by a
+/// failover) streams from that primary, not from the server it followed before. The copy
+/// of its settings still names the old server; a standby that took that line followed a
+/// server long gone and never saw another commit, and every fault test and nemesis
+/// schedule that promoted it went back to the moment it was made.
+#[tokio::test]
+async fn a_standby_of_a_promoted_standby_streams_from_it() {
+    let first = TestPostgres::start_primary().await;
+    let promoted = first.start_standby(None).await;
+    promoted.promote().await;
+    let standby = promoted.start_standby(None).await;
+    let mut on_promoted =
+        PgConnection::connect(&promoted.url_for("postgres")).await.expect("connect to the promoted standby");
+    sqlx::query("create table replicated (id integer primary key)").execute(&mut on_promoted).await.expect("create");
+    insert(&mut on_promoted, 1).await;
+    let written = promoted.current_lsn().await;
+    wait_until_replayed(&standby, &written).await;
+    assert!(has_row(&standby, 1).await, "the standby of the promoted standby did not receive its write");
+    let _ = on_promoted.close().await;
+}
+
 async fn insert(connection: &mut PgConnection, id: i32) {
     sqlx::query("insert into replicated (id) values ($1)")
         .bind(id)
