@@ -54,7 +54,7 @@ impl PrivatePostgres {
         let backup_settings = std::fs::read_to_string(&auto_conf)
             .map_err(|source| Error::Io { what: format!("read the base backup's {}", auto_conf.display()), source })?;
         let primary_conninfo =
-            backup_settings.lines().filter(|line| line.starts_with("primary_conninfo")).last().ok_or_else(|| {
+            backup_settings.lines().rev().find(|line| line.starts_with("primary_conninfo")).ok_or_else(|| {
                 Error::Unexpected {
                     what: "pg_basebackup -R wrote no primary_conninfo".to_owned(),
                     found: backup_settings.clone(),
