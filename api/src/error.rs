@@ -53,6 +53,14 @@ pub enum ApiError {
     /// Shared, because one failed statement may answer a whole batch of lookups.
     #[error("the database is unavailable")]
     Unavailable(#[source] Arc<sqlx::Error>),
+    /// 503 `SERVICE_UNAVAILABLE`: a request that would wait arrived while this process
+    /// shuts down; `Retry-After` (a second) sends it to a process that stays. Answering it
+    /// at once and empty, as waiting requests are, would make a client's loop spin.
+    #[error(
+        "This server is shutting down and holds no new waiting request; retry after the time in Retry-After \
+         (another server answers it)."
+    )]
+    ShuttingDown,
     /// 500 `INTERNAL_ERROR`: a bug or an unexpected database answer. The cause is
     /// logged, never sent.
     #[error("internal error")]
@@ -95,7 +103,7 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::RateLimited { .. } | Self::WorkspaceBusy | Self::TooManyWaiting(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestFailed { status, .. } => *status,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

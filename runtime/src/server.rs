@@ -27,6 +27,13 @@ pub const PUBLISH_TO_COMMIT: &str = "lectern_projector_publish_to_commit_seconds
 const PUBLISH_TO_COMMIT_BUCKETS: &[f64] =
     &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
+/// The API's webhook delivery histogram: from first change seen to 2xx, which takes
+/// milliseconds when the receiver answers and up to the retry period (three days) when it
+/// does not; the latency buckets would put every retried delivery in `+Inf`.
+pub const WEBHOOK_DELIVERY: &str = "lectern_api_webhook_delivery_seconds";
+const WEBHOOK_DELIVERY_BUCKETS: &[f64] =
+    &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 21600.0, 86400.0, 259_200.0];
+
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// The process's Prometheus recorder, installed on first use. Both binaries may run
@@ -44,6 +51,9 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
                 .and_then(|builder| {
                     builder
                         .set_buckets_for_metric(Matcher::Full(PUBLISH_TO_COMMIT.to_owned()), PUBLISH_TO_COMMIT_BUCKETS)
+                })
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(Matcher::Full(WEBHOOK_DELIVERY.to_owned()), WEBHOOK_DELIVERY_BUCKETS)
                 });
             match builder.and_then(PrometheusBuilder::install_recorder) {
                 Ok(handle) => Some(handle),
@@ -88,6 +98,19 @@ pub async fn readiness_response(check: &ReadinessCheck) -> Response {
         }
     };
     json(status, &body)
+}
+
+/// Answers a readiness probe on a public port: 200 `{"status":"ready"}` or 503
+/// `{"status":"not ready"}`, nothing more. The details name tenants (a disabled webhook
+/// endpoint's workspace), receivers and database errors; they are for the operations
+/// listener, never for an unauthenticated caller.
+pub async fn public_readiness_response(check: &ReadinessCheck) -> Response {
+    let ready = matches!(tokio::time::timeout(READINESS_TIMEOUT, check()).await, Ok(Ok(_)));
+    if ready {
+        json(StatusCode::OK, &serde_json::json!({ "status": "ready" }))
+    } else {
+        json(StatusCode::SERVICE_UNAVAILABLE, &serde_json::json!({ "status": "not ready" }))
+    }
 }
 
 /// Answers a liveness probe: the process is up and its runtime schedules work.

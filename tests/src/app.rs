@@ -11,6 +11,7 @@ use lectern_api::listing::workspace_sizes::WalkSettings;
 use lectern_api::rate_limit::Policy;
 use lectern_api::reads::change::Follower;
 use lectern_api::reads::PoolSettings;
+use lectern_runtime::server::OperationsServer;
 use secrecy::SecretString;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -29,6 +30,9 @@ pub struct TestApp {
     /// The running app's state, to see what its caches know; `None` for an app in
     /// another process.
     pub state: Option<Arc<AppState>>,
+    /// Its operations listener (`/readyz` with details, `/metrics`); `None` for an app in
+    /// another process.
+    pub operations: Option<SocketAddr>,
 }
 
 /// How a [`TestApp`] differs from the defaults.
@@ -179,11 +183,24 @@ impl TestApp {
         let address = application.local_addr().expect("bound address");
         let state = application.state();
         tokio::spawn(application.run_until_stopped(shutdown));
-        (Self { address, pool, http: reqwest::Client::new(), state: Some(state) }, caches)
+        // The listener `serve` opens beside the public port, with the same readiness check.
+        let operations = OperationsServer::bind("127.0.0.1:0".parse().expect("address")).await.expect("bind");
+        let operations_address = operations.local_addr();
+        let readiness = lectern_api::http::operations::readiness_check(&state);
+        tokio::spawn(operations.run(readiness, Arc::new(|| {}), std::future::pending()));
+        let http = reqwest::Client::new();
+        (Self { address, pool, http, state: Some(state), operations: operations_address }, caches)
     }
 
     pub fn url(&self, path_and_query: &str) -> String {
         format!("http://{}{path_and_query}", self.address)
+    }
+
+    /// GET `path` on the operations listener, which must answer.
+    pub async fn get_operations(&self, path: &str) -> Reply {
+        let address = self.operations.expect("an in-process app has an operations listener");
+        let response = self.http.get(format!("http://{address}{path}")).send().await;
+        Reply::read(response.expect("the operations listener answers")).await
     }
 
     /// A key for `workspace_id` with `scopes`.

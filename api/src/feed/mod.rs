@@ -191,8 +191,17 @@ impl Feeds {
                 (Standing { position: caught_up, history: Some(history), read_at }, not_yet_served)
             }
         };
-        if Instant::now() >= looking.deadline || self.shutdown.is_cancelled() {
+        if Instant::now() >= looking.deadline {
             return feed.body(write_data::<R>(&[])?, false, standing).map(Answer::Page);
+        }
+        if self.shutdown.is_cancelled() {
+            // A request that waited is answered now, empty; one that would begin to wait
+            // is sent elsewhere, not answered empty at once, which its client would take
+            // as "nothing yet" and ask again at once, for the whole grace.
+            return match looking.waiting {
+                Some(_) => feed.body(write_data::<R>(&[])?, false, standing).map(Answer::Page),
+                None => Err(ApiError::ShuttingDown),
+            };
         }
         let waiting = match looking.waiting {
             Some(counted) => counted,

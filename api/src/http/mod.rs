@@ -23,7 +23,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use lectern_runtime::server::{liveness_response, readiness_response};
+use lectern_runtime::server::{liveness_response, public_readiness_response};
 use poem::endpoint::{make, make_sync};
 use poem::web::Html;
 use poem::{Endpoint, EndpointExt, Route};
@@ -51,7 +51,7 @@ pub fn app(state: Arc<AppState>) -> impl Endpoint {
             "/readyz",
             make(move |_| {
                 let readiness = readiness.clone();
-                async move { readiness_response(&readiness).await }
+                async move { public_readiness_response(&readiness).await }
             }),
         )
         .data(state)

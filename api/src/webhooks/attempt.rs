@@ -95,6 +95,7 @@ pub async fn send(
         // The body is never read: a receiver answering a huge one costs nothing.
         Ok(response) if response.status().is_success() => Outcome::Delivered(response.status().as_u16()),
         Ok(response) => Outcome::Refused(response.status().as_u16()),
-        Err(error) => Outcome::Failed(lectern_runtime::with_causes(&error)),
+        // Stored and shown to operators: the URL's path and query may hold a token.
+        Err(error) => Outcome::Failed(lectern_runtime::with_causes(&error.without_url())),
     }
 }

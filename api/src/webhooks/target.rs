@@ -10,15 +10,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use url::{Host, Url};
 
-/// Why a URL is not a place deliveries may go.
+/// Why a URL is not a place deliveries may go. A message names the URL by its scheme and
+/// host only: it reaches logs and the stored delivery errors, and a path, a query or a
+/// user name may carry a receiver's token.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
-    #[error("{url:?} is not a URL: {source}")]
-    NotAUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
+    #[error("the URL does not parse: {0}")]
+    NotAUrl(#[source] url::ParseError),
     #[error("{0} is not an https URL (plain http is allowed only with LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS=1)")]
     NotHttps(String),
     #[error("{0} is neither https nor http")]
@@ -28,8 +26,8 @@ pub enum TargetError {
     #[error("{0} carries a user name or password: put credentials in the receiver's check of the signature instead")]
     Credentials(String),
     #[error(
-        "{host} resolves to {address}, a {kind} address; deliveries go only to public addresses unless \
-         LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS=1"
+        "{host} resolves to {address}, a {kind} address; deliveries go only to globally reachable addresses \
+         unless LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS=1"
     )]
     Forbidden { host: String, address: IpAddr, kind: &'static str },
     #[error("{host} does not resolve: {source}")]
@@ -53,12 +51,12 @@ impl TargetPolicy {
     /// checked (at registration).
     pub async fn check(self, url: &str) -> Result<Url, TargetError> {
         let parsed = self.check_form(url)?;
-        if !self.allow_private {
-            let host = host_text(&parsed);
+        // An address written in the URL was checked with the form; only a name is looked up
+        // (`host_str` of an IPv6 literal is bracketed, which no resolver takes).
+        if let (Some(Host::Domain(name)), false) = (parsed.host(), self.allow_private) {
             let port = parsed.port_or_known_default().unwrap_or(443);
-            let addresses = resolve(&host, port).await?;
-            for address in addresses {
-                refuse_if_forbidden(&host, address.ip())?;
+            for address in resolve(name, port).await? {
+                refuse_if_forbidden(name, address.ip())?;
             }
         }
         Ok(parsed)
@@ -67,18 +65,19 @@ impl TargetPolicy {
     /// The checks that need no lookup: scheme, host, no credentials, and an address
     /// written in the URL (which no resolver sees).
     pub fn check_form(self, url: &str) -> Result<Url, TargetError> {
-        let parsed = Url::parse(url).map_err(|source| TargetError::NotAUrl { url: url.to_owned(), source })?;
+        let parsed = Url::parse(url).map_err(TargetError::NotAUrl)?;
+        let named = origin(&parsed);
         match parsed.scheme() {
             "https" => {}
             "http" if self.allow_private => {}
-            "http" => return Err(TargetError::NotHttps(url.to_owned())),
-            _ => return Err(TargetError::Scheme(url.to_owned())),
+            "http" => return Err(TargetError::NotHttps(named)),
+            _ => return Err(TargetError::Scheme(named)),
         }
         if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(TargetError::Credentials(url.to_owned()));
+            return Err(TargetError::Credentials(named));
         }
         let literal = match parsed.host() {
-            None => return Err(TargetError::NoHost(url.to_owned())),
+            None => return Err(TargetError::NoHost(named)),
             Some(Host::Domain(_)) => None,
             Some(Host::Ipv4(address)) => Some(IpAddr::V4(address)),
             Some(Host::Ipv6(address)) => Some(IpAddr::V6(address)),
@@ -87,6 +86,15 @@ impl TargetPolicy {
             refuse_if_forbidden(&host_text(&parsed), address)?;
         }
         Ok(parsed)
+    }
+}
+
+/// How errors name a URL: its scheme, host and port, never its user, path or query.
+pub fn origin(url: &Url) -> String {
+    match (url.host_str(), url.port()) {
+        (Some(host), Some(port)) => format!("{}://{host}:{port}", url.scheme()),
+        (Some(host), None) => format!("{}://{host}", url.scheme()),
+        (None, _) => format!("{}:", url.scheme()),
     }
 }
 
@@ -112,7 +120,14 @@ fn refuse_if_forbidden(host: &str, address: IpAddr) -> Result<(), TargetError> {
     }
 }
 
-/// What kind of non-public address `address` is, if it is one.
+/// What kind of address that is not globally reachable `address` is, if it is one.
+///
+/// "Globally reachable" is the column of that name in IANA's IPv4 and IPv6 Special-Purpose
+/// Address Registries (what the standard library's unstable `is_global` follows): every
+/// block not marked reachable there is refused, whatever it is for. Three kinds are
+/// refused although reachable, since a delivery there lands somewhere nobody registered:
+/// multicast, the NAT64 prefixes (a gateway reaches the IPv4 address inside, which may be
+/// private) and the cloud metadata addresses.
 pub fn forbidden(address: IpAddr) -> Option<&'static str> {
     match address {
         IpAddr::V4(v4) => forbidden_v4(v4),
@@ -124,39 +139,59 @@ pub fn forbidden(address: IpAddr) -> Option<&'static str> {
 }
 
 fn forbidden_v4(address: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, ..] = address.octets();
+    let [a, b, c, d] = address.octets();
     Some(match () {
         () if address == Ipv4Addr::new(169, 254, 169, 254) || address == Ipv4Addr::new(100, 100, 100, 200) => {
             "cloud metadata"
         }
+        () if a == 0 => "\"this network\"",
         () if address.is_loopback() => "loopback",
         () if address.is_private() => "private",
+        () if a == 100 && b & 0xc0 == 64 => "shared (carrier-grade NAT)",
         () if address.is_link_local() => "link-local",
-        () if address.is_unspecified() || a == 0 => "unspecified",
-        () if address.is_broadcast() || address.is_multicast() || a >= 240 => "multicast or reserved",
-        // 100.64.0.0/10: carrier-grade NAT, private to the provider's network.
-        () if a == 100 && (64..128).contains(&b) => "shared (carrier-grade NAT)",
-        // 198.18.0.0/15: benchmarking networks.
-        () if a == 198 && (b == 18 || b == 19) => "benchmarking",
+        // 192.0.0.0/24 but its two anycast services, .9 and .10, which are reachable.
+        () if (a, b, c) == (192, 0, 0) && d != 9 && d != 10 => "IETF protocol assignment",
         () if address.is_documentation() => "documentation",
+        () if a == 198 && b & 0xfe == 18 => "benchmarking",
+        () if (a, b, c) == (192, 88, 99) => "deprecated 6to4 relay anycast",
+        () if address.is_multicast() => "multicast",
+        // 240.0.0.0/4, the limited broadcast address included.
+        () if a >= 240 => "reserved",
         () => return None,
     })
 }
 
 fn forbidden_v6(address: Ipv6Addr) -> Option<&'static str> {
-    let first = address.segments()[0];
+    let segments = address.segments();
+    let [first, second, ..] = segments;
     Some(match () {
         () if address == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) => "cloud metadata",
-        () if address.is_loopback() => "loopback",
         () if address.is_unspecified() => "unspecified",
-        () if address.is_multicast() => "multicast or reserved",
+        () if address.is_loopback() => "loopback",
+        () if segments[..6] == [0; 6] => "IPv4-compatible (deprecated)",
+        // 64:ff9b::/96 and 64:ff9b:1::/48.
+        () if (first, second) == (0x64, 0xff9b) => "NAT64",
+        () if segments[..4] == [0x100, 0, 0, 0] => "discard-only",
+        () if first == 0x2001 && second < 0x200 && !reachable_ietf_assignment(address) => "IETF protocol assignment",
+        () if first == 0x2002 => "6to4",
+        () if (first, second) == (0x2001, 0xdb8) || first & 0xfff0 == 0x3ff0 => "documentation",
         () if first & 0xfe00 == 0xfc00 => "private (unique local)",
         () if first & 0xffc0 == 0xfe80 => "link-local",
-        // 64:ff9b::/96 and the like embed IPv4 addresses a NAT64 gateway would reach.
-        () if first == 0x0064 => "NAT64",
-        () if first == 0x2001 && address.segments()[1] == 0x0db8 => "documentation",
+        () if first & 0xffc0 == 0xfec0 => "site-local (deprecated)",
+        () if address.is_multicast() => "multicast",
         () => return None,
     })
+}
+
+/// The blocks inside 2001::/23 (IETF protocol assignments) that the registry marks
+/// globally reachable: anycast services, AMT, AS112 and the ORCHIDv2 and DET prefixes.
+fn reachable_ietf_assignment(address: Ipv6Addr) -> bool {
+    let [_, second, third, ..] = address.segments();
+    let anycast = (0x2001_0001_u128 << 96) | 1..=(0x2001_0001_u128 << 96) | 3;
+    anycast.contains(&u128::from(address))
+        || second == 3
+        || (second, third) == (4, 0x112)
+        || (0x20..=0x3f).contains(&second)
 }
 
 /// The resolver deliveries connect through: the system's, with every non-public
@@ -211,7 +246,7 @@ mod tests {
             ("fc00::1", "private (unique local)"),
             ("::ffff:127.0.0.1", "loopback"),
             ("::ffff:10.0.0.1", "private"),
-            ("0.0.0.0", "unspecified"),
+            ("0.0.0.0", "\"this network\""),
             ("100.64.0.1", "shared (carrier-grade NAT)"),
         ] {
             assert_eq!(forbidden(address.parse().expect("address")), Some(kind), "{address}");
@@ -219,6 +254,70 @@ mod tests {
         for address in ["1.1.1.1", "93.184.215.14", "2606:4700:4700::1111"] {
             assert_eq!(forbidden(address.parse().expect("address")), None, "{address}");
         }
+    }
+
+    /// Rule: an address is refused unless IANA's special-purpose registries mark its block
+    /// globally reachable, every such block named, not only the familiar private ones.
+    #[test]
+    fn every_block_the_special_purpose_registries_do_not_mark_globally_reachable_is_refused() {
+        for (address, kind) in [
+            ("0.1.2.3", "\"this network\""),
+            ("192.0.0.1", "IETF protocol assignment"),
+            ("192.0.0.170", "IETF protocol assignment"),
+            ("192.0.2.1", "documentation"),
+            ("198.51.100.7", "documentation"),
+            ("203.0.113.9", "documentation"),
+            ("198.19.255.1", "benchmarking"),
+            ("192.88.99.1", "deprecated 6to4 relay anycast"),
+            ("224.0.0.251", "multicast"),
+            ("240.0.0.1", "reserved"),
+            ("255.255.255.255", "reserved"),
+            ("::ffff:192.0.0.8", "IETF protocol assignment"),
+            ("::10.0.0.1", "IPv4-compatible (deprecated)"),
+            ("64:ff9b::a00:1", "NAT64"),
+            ("64:ff9b:1::1", "NAT64"),
+            ("100::1", "discard-only"),
+            ("2001::1", "IETF protocol assignment"),
+            ("2001:2::1", "IETF protocol assignment"),
+            ("2001:10::1", "IETF protocol assignment"),
+            ("2002:a00:1::1", "6to4"),
+            ("2001:db8::1", "documentation"),
+            ("3fff::1", "documentation"),
+            ("fec0::1", "site-local (deprecated)"),
+            ("ff02::1", "multicast"),
+        ] {
+            assert_eq!(forbidden(address.parse().expect("address")), Some(kind), "{address}");
+        }
+        // The registry's reachable blocks inside refused ones, and ordinary public space.
+        for address in [
+            "192.0.0.9",
+            "192.0.0.10",
+            "192.31.196.1",
+            "192.175.48.1",
+            "2001:1::1",
+            "2001:1::2",
+            "2001:3::1",
+            "2001:4:112::1",
+            "2001:20::1",
+            "2001:3f::1",
+            "2a00:1450:4001::200e",
+            "8.8.8.8",
+        ] {
+            assert_eq!(forbidden(address.parse().expect("address")), None, "{address}");
+        }
+    }
+
+    /// Rule: a URL naming an IPv6 address literally is checked as an address, never looked
+    /// up as a name (its bracketed host resolves to nothing).
+    #[tokio::test]
+    async fn a_url_with_a_literal_ipv6_address_is_checked_as_the_address_it_names() {
+        let strict = TargetPolicy::default();
+        let public = strict.check("https://[2606:4700:4700::1111]:8443/hook?x=1").await;
+        assert!(public.is_ok(), "{public:?}");
+        let refused = strict.check("https://[fd12::1]/hook").await;
+        assert!(matches!(refused, Err(TargetError::Forbidden { kind: "private (unique local)", .. })), "{refused:?}");
+        let v4 = strict.check("https://192.0.0.8/hook").await;
+        assert!(matches!(v4, Err(TargetError::Forbidden { kind: "IETF protocol assignment", .. })), "{v4:?}");
     }
 
     #[test]
@@ -230,6 +329,12 @@ mod tests {
         assert!(matches!(strict.check_form("https://127.0.0.1/"), Err(TargetError::Forbidden { .. })));
         assert!(matches!(strict.check_form("https://[::1]:8443/"), Err(TargetError::Forbidden { .. })));
         assert!(strict.check_form("https://example.com/hook").is_ok());
+        let leaked = strict.check_form("http://user:hunter2@example.com/hook/tok3n?key=s3cret").expect_err("refused");
+        let message = leaked.to_string();
+        assert!(message.contains("http://example.com"), "{message}");
+        for secret in ["hunter2", "tok3n", "s3cret", "user"] {
+            assert!(!message.contains(secret), "the refusal repeats {secret:?}: {message}");
+        }
         let open = TargetPolicy { allow_private: true };
         assert!(open.check_form("http://127.0.0.1:9000/hook").is_ok());
         assert!(matches!(open.check_form("ftp://127.0.0.1/"), Err(TargetError::Scheme(_))));

@@ -72,7 +72,7 @@ async fn a_key_revoked_while_the_listener_is_silently_dead_is_refused_within_the
     // Readiness says so while the listener is down (it reconnects soon after).
     let outage_seen =
         within(SILENT_FAILURE_NOTICED_WITHIN, "readiness degraded by the listener's outage", async || {
-            let readiness = app.get("", "/readyz").await;
+            let readiness = app.get_operations("/readyz").await;
             assert_eq!(readiness.status, 200, "a bypassed cache is degraded, not unready: {}", readiness.text);
             readiness.body["degraded"].to_string().contains("change listener down")
         });
@@ -140,7 +140,7 @@ async fn valid_keys_sharing_one_address_are_never_refused_by_the_lookup_limit_ev
 
     let frozen = FrozenListener::freeze(&db.pool).await;
     within(SILENT_FAILURE_NOTICED_WITHIN, "the listener's failure noticed", async || {
-        app.get("", "/readyz").await.body["degraded"].is_array()
+        app.get_operations("/readyz").await.body["degraded"].is_array()
     })
     .await;
     for round in 0..3 {

@@ -131,7 +131,7 @@ async fn readyz_is_200_ready_on_a_migrated_database() {
 async fn readyz_is_503_saying_migrate_when_the_database_has_no_schema() {
     let app = TestApp::spawn(unmigrated_database().await).await;
 
-    let reply = get(&app, "/readyz").await;
+    let reply = app.get_operations("/readyz").await;
 
     assert_eq!(reply.status, 503, "{}", reply.text);
     assert_eq!(reply.body["status"], "not ready", "{}", reply.text);
@@ -150,7 +150,7 @@ async fn readyz_is_503_naming_a_migration_that_is_not_applied() {
             .expect("forget the latest migration");
     let app = TestApp::spawn(db.pool.clone()).await;
 
-    let reply = get(&app, "/readyz").await;
+    let reply = app.get_operations("/readyz").await;
 
     assert_eq!(reply.status, 503, "{}", reply.text);
     assert_eq!(reply.body["status"], "not ready", "{}", reply.text);
@@ -165,7 +165,7 @@ async fn readyz_is_503_naming_postgresql_when_the_database_is_unreachable() {
         .expect("pool options");
     let app = TestApp::spawn_without_database(pool).await;
 
-    let reply = get(&app, "/readyz").await;
+    let reply = app.get_operations("/readyz").await;
 
     assert_eq!(reply.status, 503, "{}", reply.text);
     assert_eq!(reply.body["status"], "not ready", "{}", reply.text);
@@ -183,7 +183,7 @@ async fn readyz_answers_503_within_a_bounded_time_while_the_database_hangs() {
     let app = TestApp::spawn_without_database(pool).await;
 
     let started = Instant::now();
-    let reply = tokio::time::timeout(READINESS_BOUND, get(&app, "/readyz"))
+    let reply = tokio::time::timeout(READINESS_BOUND, app.get_operations("/readyz"))
         .await
         .unwrap_or_else(|_| panic!("/readyz did not answer within {READINESS_BOUND:?} while the database hangs"));
 
@@ -209,7 +209,7 @@ async fn readyz_names_postgresqls_refusal_when_its_connections_are_exhausted() {
     let pool = lazy_pool(&url, &pool_settings(Duration::from_secs(60))).expect("pool options");
     let app = TestApp::spawn_without_database(pool).await;
 
-    let reply = tokio::time::timeout(READINESS_BOUND, get(&app, "/readyz")).await.expect("/readyz answers");
+    let reply = tokio::time::timeout(READINESS_BOUND, app.get_operations("/readyz")).await.expect("/readyz answers");
 
     assert_eq!(reply.status, 503, "{}", reply.text);
     let problems = problems(&reply).join("\n");
@@ -525,8 +525,10 @@ async fn serve_is_not_ready_on_either_address_while_postgresql_is_unreachable() 
     serve.stop().await;
 }
 
+/// Rule: the operations listener's `/readyz` names the dependency that is down; the public
+/// port says only "not ready", never a database's error text.
 #[tokio::test]
-async fn serve_readiness_names_postgresql_as_the_problem_when_it_is_unreachable() {
+async fn serve_readiness_names_postgresql_to_operators_and_nothing_to_the_public_when_it_is_unreachable() {
     let serve = Serve::on(&format!("postgres://postgres@127.0.0.1:{}/lectern", free_port())).start().await;
 
     // Several probes on each address: the answer must not depend on which timer wins.
@@ -537,10 +539,15 @@ async fn serve_readiness_names_postgresql_as_the_problem_when_it_is_unreachable(
         }
     }
 
-    for reply in &answers {
+    let (public, operations) = answers.split_at(4);
+    for reply in operations {
         assert_eq!(reply.status, 503, "{}", reply.text);
         let problems = reply.body["problems"].to_string();
         assert!(problems.contains("PostgreSQL"), "an operator must learn which dependency is down: {problems}");
+    }
+    // An unauthenticated caller learns only that, not the database's error text.
+    for reply in public {
+        assert_eq!((reply.status, &reply.body), (503, &json!({ "status": "not ready" })), "{}", reply.text);
     }
     serve.stop().await;
 }

@@ -184,7 +184,7 @@ async fn after_sigterm_both_listeners_say_not_ready_while_requests_are_still_ser
         assert!(tokio::time::Instant::now() < deadline, "within the grace after SIGTERM: {answers:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let ready = http.get(serve.api_url("/readyz")).send().await.expect("readyz within the grace");
+    let ready = http.get(serve.operations_url("/readyz")).send().await.expect("readyz within the grace");
     let body: serde_json::Value = ready.json().await.expect("readyz's JSON");
     assert!(body.to_string().contains("shutting down"), "readiness does not say why: {body}");
 
@@ -195,4 +195,54 @@ async fn after_sigterm_both_listeners_say_not_ready_while_requests_are_still_ser
         "no log line for the grace:\n{}",
         ended.stderr
     );
+}
+
+/// Rule: during the shutdown grace, a request that was waiting is answered at once (200,
+/// empty, its token), a request without `wait` is served, and a request that would begin
+/// to wait is a 503 `SERVICE_UNAVAILABLE` with `Retry-After`, so that a client looping on
+/// `?since=<token>&wait=30` (and honouring `Retry-After`) asks a few times, not hundreds.
+#[tokio::test]
+async fn a_long_poll_arriving_during_the_grace_is_sent_elsewhere_so_the_documented_loop_never_spins() {
+    let db = TestDatabase::create().await;
+    let (_, key) = create_key(&db.pool, Uuid::new_v4(), &[Scope::ContactsRead]).await;
+    let serve = Serve::on(&db.url).env("LECTERN_SHUTDOWN_GRACE_MS", "3000").start().await;
+    let http = reqwest::Client::new();
+    let get = |query: String| {
+        let request =
+            http.get(serve.api_url(&format!("/v1/contacts/changes{query}"))).header("X-API-Key", key.as_str());
+        async move { request.send().await.expect("the feed answers") }
+    };
+    let latest: serde_json::Value = get("?since=latest".to_owned()).await.json().await.expect("a page");
+    let token = latest["syncToken"].as_str().expect("a token").to_owned();
+    let waiting = tokio::spawn(get(format!("?since={token}&wait=30")));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "the request does not wait");
+
+    let stopped_at = tokio::time::Instant::now();
+    serve.signal_stop();
+
+    let waited = waiting.await.expect("the waiting request");
+    assert!(stopped_at.elapsed() < Duration::from_secs(1), "the waiting request was held into the grace");
+    assert_eq!(waited.status(), 200);
+    let page: serde_json::Value = waited.json().await.expect("a page");
+    assert_eq!((page["data"].as_array().map(Vec::len), page["hasMore"].as_bool()), (Some(0), Some(false)), "{page}");
+
+    let arrived = get(format!("?since={token}&wait=30")).await;
+    assert_eq!(arrived.status(), 503, "a request that would wait during the grace");
+    assert_eq!(arrived.headers().get("retry-after").and_then(|value| value.to_str().ok()), Some("1"));
+    let refusal: serde_json::Value = arrived.json().await.expect("the error envelope");
+    assert_eq!(refusal["error"]["code"], "SERVICE_UNAVAILABLE", "{refusal}");
+    assert!(refusal["error"]["message"].as_str().is_some_and(|text| text.contains("shutting down")), "{refusal}");
+    assert_eq!(get(format!("?since={token}")).await.status(), 200, "a request without wait is still served");
+
+    // The documented loop for the rest of the grace, `Retry-After` honoured.
+    let mut requests = 0;
+    while stopped_at.elapsed() < Duration::from_millis(2_500) {
+        requests += 1;
+        let answer = get(format!("?since={token}&wait=30")).await;
+        let retry_after = answer.headers().get("retry-after").and_then(|value| value.to_str().ok()?.parse().ok());
+        tokio::time::sleep(Duration::from_secs(retry_after.unwrap_or(0))).await;
+    }
+    assert!(requests <= 3, "the client asked {requests} times in the grace's last two seconds");
+    serve.ended().await;
 }

@@ -107,6 +107,7 @@ impl QuickStart {
             pool,
             http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client"),
             state: None,
+            operations: self.operations.parse().ok(),
         }
     }
 

@@ -224,6 +224,14 @@ async fn deliveries_failing_for_retry_for_disable_the_endpoint_visibly_until_ena
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(ready.status, 200, "a receiver's failures do not make serve unready: {}", ready.text);
+    let public = serve.http.get(serve.api_url("/readyz")).send().await.expect("the public /readyz answers");
+    assert_eq!(public.status(), 200);
+    let public = public.text().await.unwrap_or_default();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&public).ok(),
+        Some(serde_json::json!({ "status": "ready" })),
+        "the public port names no endpoint, workspace or receiver: {public}"
+    );
     assert_eq!(ready.body["status"], "ready", "{}", ready.text);
     let detail: Vec<&str> = ready.body["degraded"]
         .as_array()
@@ -263,6 +271,32 @@ async fn deliveries_failing_for_retry_for_disable_the_endpoint_visibly_until_ena
     assert!(!ready.text.contains(&endpoint.id.to_string()), "{}", ready.text);
     verify_with_standardwebhooks(&receiver.deliveries(), &[&endpoint.secret]).await;
     serve.stop().await;
+}
+
+/// Rule: what a failed attempt leaves for operators (`webhooks deliveries`, the disabled
+/// reason, logs) names the receiver by scheme, host and port, never by the URL's path or
+/// query, where receivers put tokens.
+#[tokio::test]
+async fn a_failed_attempt_records_why_without_the_urls_path_or_query() {
+    let db = TestDatabase::create().await;
+    let _app = app(&db, settings(Duration::from_millis(200), Duration::from_millis(500))).await;
+    let workspace = Uuid::new_v4();
+    // Nothing listens there: the attempt fails before any status, in the HTTP client.
+    let port = lectern_tests::nats::free_port();
+    let url = format!("http://127.0.0.1:{port}/hooks/pathtoken-4f1c?token=querytoken-9b2e");
+    let endpoint = register(&db.url, workspace, &url, &["contacts"]).await;
+
+    ContactSeed::named("Unreachable Ltd").insert(&db.pool, workspace).await;
+
+    let log = wait_for_log(&db.url, endpoint.id, WITHIN, "a failed attempt recorded", |log| {
+        log.first().is_some_and(|entry| entry["lastError"].is_string())
+    })
+    .await;
+    let error = log[0]["lastError"].as_str().unwrap_or_default();
+    assert!(error.contains("connect"), "the error says what failed: {error}");
+    for secret in ["pathtoken-4f1c", "querytoken-9b2e", "/hooks"] {
+        assert!(!error.contains(secret), "the stored error holds {secret:?}: {error}");
+    }
 }
 
 /// Scrapes `/metrics` until `name` is `expected` (it is refreshed every claim round).
