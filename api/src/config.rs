@@ -66,7 +66,9 @@ pub struct ReplicaArgs {
 /// How the API uses the database.
 #[derive(Clone, Debug, Args)]
 pub struct PoolArgs {
-    /// Most connections the API opens to PostgreSQL.
+    /// Connections of each of the API's two sets on the primary (listings and searches;
+    /// everything else), and of its one set on each replica: at most twice this on the
+    /// primary, plus the webhook deliverer's 4 and the change listener's 1.
     #[arg(long, env = "LECTERN_DB_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub db_pool_size: u32,
     /// Milliseconds a request waits for a free connection before it is answered 503.
@@ -155,12 +157,14 @@ pub struct SecretArgs {
     )]
     pub previous_key_peppers: Vec<SecretString>,
     /// Secret that signs cursors and sync tokens (HMAC-SHA256); at least 32 bytes in production.
-    /// Sync tokens never expire: keep it for good.
+    /// Sync tokens never expire: rotate it only as the operations guide says (with
+    /// --previous-cursor-secrets), or every integration starts over.
     #[arg(long, env = "LECTERN_CURSOR_SECRET", value_parser = secret, hide_env_values = true)]
     pub cursor_secret: Option<SecretString>,
     /// Cursor secrets being rotated out (comma-separated in the variable): cursors and sync
     /// tokens signed with any of them are still accepted; every new one is signed with
-    /// --cursor-secret. Keep a retired secret here as long as integrations may hold its tokens.
+    /// --cursor-secret. Keep a retired secret here until
+    /// lectern_api_previous_cursor_secret_verifications_total for it stops moving.
     #[arg(
         long = "previous-cursor-secrets",
         env = "LECTERN_PREVIOUS_CURSOR_SECRETS",

@@ -22,6 +22,9 @@ pub const FEED_SHARED_READS: &str = "lectern_api_feed_shared_reads_total";
 /// Times the database behind the address turned out to be another history than before (a
 /// failover, the old primary back, a restore) and what was learnt of the other was dropped.
 pub const HISTORY_CHANGES: &str = "lectern_api_database_history_changes_total";
+/// Cursors and sync tokens that verified under a previous cursor secret, by the secret's
+/// fingerprint (`secret`); 0 from the start for each listed one.
+pub const PREVIOUS_SECRET_VERIFIED: &str = "lectern_api_previous_cursor_secret_verifications_total";
 pub const HTTP_DURATION: &str = "lectern_http_request_duration_seconds";
 pub const KEY_CACHE: &str = "lectern_api_key_cache_lookups_total";
 pub const FIRST_PAGE_CACHE: &str = "lectern_first_page_cache_lookups_total";
@@ -46,6 +49,9 @@ pub const CONNECTIONS_EXPIRED: &str = "lectern_http_connections_expired_total";
 /// `gave_up`: retried for too long, the endpoint disabled).
 pub const WEBHOOK_ATTEMPTS: &str = "lectern_api_webhook_attempts_total";
 /// Seconds from a delivery's first change being seen to its 2xx.
-pub const WEBHOOK_DELIVERY_SECONDS: &str = "lectern_api_webhook_delivery_seconds";
+pub const WEBHOOK_DELIVERY_SECONDS: &str = lectern_runtime::server::WEBHOOK_DELIVERY;
 /// Endpoints disabled because their deliveries failed for too long.
 pub const WEBHOOK_ENDPOINTS_FAILING: &str = "lectern_api_webhook_endpoints_disabled_by_failures";
+/// Enabled endpoints whose signing secrets are sealed under a key pepper this process does
+/// not have: nothing is delivered to them until it is listed again.
+pub const WEBHOOK_ENDPOINTS_CANNOT_SIGN: &str = "lectern_api_webhook_endpoints_cannot_sign";

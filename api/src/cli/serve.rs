@@ -51,7 +51,13 @@ pub struct Bound {
 
 /// Builds the application state and binds the public and the operations addresses.
 pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError> {
-    let state = AppState::new(pool, args.app_settings()?);
+    let settings = args.app_settings()?;
+    // Fingerprints, never the secrets: they name the series of
+    // `lectern_api_previous_cursor_secret_verifications_total` an operator watches.
+    let cursor_secret = crate::signing::fingerprint(&settings.cursor_secret);
+    let previous_cursor_secrets: Vec<String> =
+        settings.previous_cursor_secrets.iter().map(crate::signing::fingerprint).collect();
+    let state = AppState::new(pool, settings);
     let application = Application::build(args.listen, state)
         .await
         .map_err(|source| CommandError::Listen { setting: "--listen/LECTERN_LISTEN", address: args.listen, source })?
@@ -65,6 +71,8 @@ pub async fn bind(args: &ServeArgs, pool: PgPool) -> Result<Bound, CommandError>
         address = %address_or(application.local_addr(), args.listen),
         metrics = %address_or(operations.local_addr(), args.metrics_listen),
         environment = args.environment.as_str(),
+        cursor_secret,
+        previous_cursor_secrets = previous_cursor_secrets.join(","),
         "lectern-api listening"
     );
     let state = application.state();

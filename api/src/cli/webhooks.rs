@@ -10,6 +10,7 @@ use super::keys::Output;
 use super::{connect, database_error, write_stdout};
 use crate::config::{DatabaseArgs, SecretArgs, WebhookTargetArgs};
 use crate::error::CommandError;
+use crate::keys::PepperDependency;
 use crate::webhooks::store::{self, DeliverySummary, EndpointSummary, Redelivery, RotateError};
 use crate::webhooks::Resource;
 
@@ -59,11 +60,25 @@ pub struct CreateArgs {
 pub struct ListArgs {
     #[command(flatten)]
     database: DatabaseArgs,
+    /// The API's peppers: each endpoint is shown with the one its secrets are sealed under.
+    #[command(flatten)]
+    secrets: SecretArgs,
     /// Only this workspace's endpoints.
     #[arg(long)]
     workspace: Option<Uuid>,
+    /// Only the endpoints whose secrets are sealed under this pepper; repeat for several.
+    #[arg(long = "pepper", value_enum)]
+    peppers: Vec<PepperDependency>,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
+}
+
+/// An endpoint as `webhooks list` shows it: its summary and the pepper its secrets depend on.
+#[derive(serde::Serialize)]
+struct ListedEndpoint<'a> {
+    #[serde(flatten)]
+    summary: &'a EndpointSummary,
+    pepper: PepperDependency,
 }
 
 #[derive(Debug, clap::Args)]
@@ -208,20 +223,44 @@ async fn create(args: CreateArgs) -> Result<(), CommandError> {
 }
 
 async fn list(args: ListArgs) -> Result<(), CommandError> {
+    let peppers = args.secrets.peppers()?;
     let pool = connect(&args.database).await?;
     let endpoints = store::list_endpoints(&pool, args.workspace)
         .await
         .map_err(|source| database_error(&args.database.database_url, source))?;
+    let listed: Vec<ListedEndpoint<'_>> = endpoints
+        .iter()
+        .map(|summary| ListedEndpoint { summary, pepper: peppers.dependency(Some(&summary.pepper_fingerprint)) })
+        .filter(|endpoint| args.peppers.is_empty() || args.peppers.contains(&endpoint.pepper))
+        .collect();
     match args.output {
-        Output::Json => {
-            write_stdout(&format!("{}\n", serde_json::to_string(&endpoints).map_err(CommandError::Encoding)?))
-        }
-        Output::Text if endpoints.is_empty() => write_stdout("No webhook endpoints.\n"),
-        Output::Text => write_stdout(&endpoints.iter().map(describe_endpoint).collect::<Vec<_>>().join("\n")),
+        Output::Json => write_stdout(&format!("{}\n", serde_json::to_string(&listed).map_err(CommandError::Encoding)?)),
+        Output::Text if listed.is_empty() => write_stdout(&format!(
+            "No webhook endpoints{}.\n",
+            if args.peppers.is_empty() { "" } else { " sealed under the peppers asked for" }
+        )),
+        Output::Text => write_stdout(&listed.iter().map(describe_endpoint).collect::<Vec<_>>().join("\n")),
     }
 }
 
-fn describe_endpoint(endpoint: &EndpointSummary) -> String {
+/// What `webhooks list` says of the pepper an endpoint's secrets are sealed under.
+fn pepper_text(dependency: PepperDependency) -> &'static str {
+    match dependency {
+        PepperDependency::Current => "current",
+        PepperDependency::Previous => {
+            "previous (one of the previous peppers; sealed again under the current one by the next look of the \
+             process delivering for it, within a minute)"
+        }
+        // Every endpoint records its pepper; kept for the shared type.
+        PepperDependency::Unrecorded => "unrecorded",
+        PepperDependency::Unknown => {
+            "unknown (neither the current pepper nor a previous one: an API with these peppers cannot sign for it)"
+        }
+    }
+}
+
+fn describe_endpoint(listed: &ListedEndpoint<'_>) -> String {
+    let endpoint = listed.summary;
     let state = match (&endpoint.disabled_by, &endpoint.disabled_reason) {
         (None, _) => "enabled".to_owned(),
         (Some(by), reason) => format!("disabled by {by}: {}", reason.as_deref().unwrap_or("-")),
@@ -231,7 +270,7 @@ fn describe_endpoint(endpoint: &EndpointSummary) -> String {
     };
     format!(
         "id:           {}\nworkspace:    {}\nurl:          {}\nresources:    {}\nstate:        {state}\n\
-         pending:      {}\nlast 2xx:     {}\nold secret:   {}\ncreated:      {}\n",
+         pending:      {}\nlast 2xx:     {}\nold secret:   {}\npepper:       {}\ncreated:      {}\n",
         endpoint.id,
         endpoint.workspace_id,
         endpoint.url,
@@ -241,6 +280,7 @@ fn describe_endpoint(endpoint: &EndpointSummary) -> String {
         endpoint
             .previous_secret_until
             .map_or_else(|| "none".to_owned(), |until| format!("signs until {}", until.to_rfc3339())),
+        pepper_text(listed.pepper),
         endpoint.created_at.to_rfc3339(),
     )
 }

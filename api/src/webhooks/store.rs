@@ -34,6 +34,10 @@ pub struct EndpointSummary {
     /// Deliveries waiting (at most one per resource).
     pub pending: i64,
     pub last_delivered_at: Option<DateTime<Utc>>,
+    /// Names the pepper the secrets are sealed under (`webhooks list` shows which of its
+    /// peppers that is).
+    #[serde(skip)]
+    pub pepper_fingerprint: Vec<u8>,
 }
 
 /// A delivery as `webhooks deliveries` shows it.
@@ -89,7 +93,8 @@ pub async fn list_endpoints(pool: &PgPool, workspace_id: Option<Uuid>) -> Result
                 case when e.previous_secret_until > now() then e.previous_secret_until end as previous_secret_until, \
                 (select count(*) from webhook_deliveries d where d.endpoint_id = e.id and d.state = 'pending') \
                     as pending, \
-                (select max(delivered_at) from webhook_deliveries d where d.endpoint_id = e.id) as last_delivered_at \
+                (select max(delivered_at) from webhook_deliveries d where d.endpoint_id = e.id) as last_delivered_at, \
+                e.pepper_fingerprint \
          from webhook_endpoints e where $1::uuid is null or e.workspace_id = $1 \
          order by e.workspace_id, e.created_at, e.id",
     )
@@ -285,6 +290,50 @@ pub async fn endpoints_disabled_by_failures(pool: &PgPool, shown: i64) -> Result
     .bind(shown)
     .fetch_all(pool)
     .await
+}
+
+/// Enabled endpoints whose secrets are sealed under none of `fingerprints` (the peppers a
+/// process has): it cannot sign for them. Their number, and the first `shown`.
+pub async fn endpoints_sealed_under_other_peppers(
+    pool: &PgPool,
+    fingerprints: &[Vec<u8>],
+    shown: i64,
+) -> Result<(i64, Vec<(Uuid, Uuid)>), sqlx::Error> {
+    let rows: Vec<(Uuid, Uuid, i64)> = sqlx::query_as(
+        "select id, workspace_id, count(*) over () from webhook_endpoints \
+         where enabled and pepper_fingerprint <> all($1) order by id limit $2",
+    )
+    .bind(fingerprints)
+    .bind(shown)
+    .fetch_all(pool)
+    .await?;
+    let count = rows.first().map_or(0, |row| row.2);
+    Ok((count, rows.into_iter().map(|(id, workspace_id, _)| (id, workspace_id)).collect()))
+}
+
+/// What an endpoint's secrets are sealed as: both secrets and the pepper's fingerprint.
+pub struct Sealed<'a> {
+    pub secret: &'a [u8],
+    pub previous_secret: Option<&'a [u8]>,
+    pub pepper_fingerprint: &'a [u8],
+}
+
+/// The endpoint's secrets sealed again as `now`, if they are still sealed as `was` (a
+/// rotation or another process's reseal meanwhile wins).
+pub async fn reseal(pool: &PgPool, id: Uuid, was: &Sealed<'_>, now: &Sealed<'_>) -> Result<bool, sqlx::Error> {
+    let updated = sqlx::query(
+        "update webhook_endpoints set secret_sealed = $4, previous_secret_sealed = $5, pepper_fingerprint = $6 \
+         where id = $1 and secret_sealed = $2 and pepper_fingerprint = $3",
+    )
+    .bind(id)
+    .bind(was.secret)
+    .bind(was.pepper_fingerprint)
+    .bind(now.secret)
+    .bind(now.previous_secret)
+    .bind(now.pepper_fingerprint)
+    .execute(pool)
+    .await?;
+    Ok(updated.rows_affected() == 1)
 }
 
 /// How many endpoints are disabled because their deliveries failed for too long.

@@ -13,7 +13,6 @@ use sqlx::{Connection, PgConnection};
 
 use super::deployment::{new_secret, Deployment, Nats, API_PROCESSES};
 use super::faults::{Fault, FaultKind};
-use super::webhooks::webhooks_command;
 use super::{Findings, Strikes};
 
 /// Strikes `kind`. Faults that may fork the database's history are counted in `strikes`
@@ -195,9 +194,10 @@ async fn rotate_the_cursor_secret(deployment: &mut Deployment, prng: &mut Prng) 
 const REHASHED_WITHIN: Duration = Duration::from_secs(60);
 
 /// The key pepper rotated as `docs/operations.md` says: the new pepper accepted by every
-/// API process, then hashed under, each step a rolling restart; then, once `keys list
-/// --pepper previous --pepper unrecorded` lists no key, the old pepper removed with a last
-/// rolling restart. A key refused meanwhile is a 401 the clients report.
+/// API process, then hashed under, each step a rolling restart; then, once `keys list` and
+/// `webhooks list` (`--pepper previous --pepper unrecorded --pepper unknown`) list nothing,
+/// the old pepper removed with a last rolling restart. A key refused meanwhile is a 401 the
+/// clients report; an endpoint left unable to sign leaves its webhook clients behind.
 async fn rotate_the_key_pepper(deployment: &mut Deployment, prng: &mut Prng, findings: &Findings) {
     let new = new_secret();
     for index in 0..API_PROCESSES {
@@ -213,26 +213,22 @@ async fn rotate_the_key_pepper(deployment: &mut Deployment, prng: &mut Prng, fin
         deployment.restart_api(index).await;
         tokio::time::sleep(pause(prng, 500, 2_000)).await;
     }
+    // Keys are hashed again as they are used, endpoints' signing secrets sealed again by
+    // the process delivering for them: both lists must empty before the old pepper goes.
     let deadline = tokio::time::Instant::now() + REHASHED_WITHIN;
-    while still_hashed_under_a_previous_pepper(deployment).await {
-        if tokio::time::Instant::now() > deadline {
-            // Every key is used every few seconds: one not hashed again by now is a promise
-            // of the procedure broken. The old pepper is kept, as the guide says.
-            findings.add(format!(
-                "keys still listed by `keys list --pepper previous --pepper unrecorded --pepper unknown` \
-                 {REHASHED_WITHIN:?} after the new pepper was swapped in, though each is used every few seconds"
-            ));
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    // Each endpoint's signing secret is sealed under a pepper: rotated (sealed under the
-    // new one) before the old pepper goes, as the webhooks section of the guide says.
-    for id in deployment.webhook_endpoints.clone() {
-        let run = webhooks_command(deployment, 0).args(["rotate-secret", &id]).run(Duration::from_secs(60)).await;
-        if run.code != Some(0) {
-            findings.add(format!("webhooks rotate-secret {id} failed (exit {:?}): {}", run.code, run.stderr.trim()));
-            return;
+    for listing in ["keys", "webhooks"] {
+        while still_under_a_previous_pepper(deployment, listing).await {
+            if tokio::time::Instant::now() > deadline {
+                // Every key is used, and every endpoint looked at, every few seconds: one
+                // still listed by now is a promise of the procedure broken. The old pepper
+                // is kept, as the guide says.
+                findings.add(format!(
+                    "{listing} still listed by `{listing} list --pepper previous --pepper unrecorded --pepper unknown` \
+                     {REHASHED_WITHIN:?} after the new pepper was swapped in, though each is used every few seconds"
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
     for index in 0..API_PROCESSES {
@@ -242,11 +238,12 @@ async fn rotate_the_key_pepper(deployment: &mut Deployment, prng: &mut Prng, fin
     }
 }
 
-/// Whether `keys list --pepper previous --pepper unrecorded` lists a key (or cannot tell).
-async fn still_hashed_under_a_previous_pepper(deployment: &Deployment) -> bool {
+/// Whether `<listing> list --pepper previous --pepper unrecorded --pepper unknown` lists a
+/// key or an endpoint (`listing` is `keys` or `webhooks`), or cannot tell.
+async fn still_under_a_previous_pepper(deployment: &Deployment, listing: &str) -> bool {
     let mut list = Launch::api()
         .args([
-            "keys",
+            listing,
             "list",
             "--pepper",
             "previous",
@@ -263,7 +260,7 @@ async fn still_hashed_under_a_previous_pepper(deployment: &Deployment) -> bool {
     }
     let Some(run) = list.try_run(Duration::from_secs(30)).await else { return true };
     let listed: Option<serde_json::Value> = serde_json::from_str(run.stdout.trim()).ok();
-    run.code != Some(0) || listed.as_ref().and_then(serde_json::Value::as_array).is_none_or(|keys| !keys.is_empty())
+    run.code != Some(0) || listed.as_ref().and_then(serde_json::Value::as_array).is_none_or(|listed| !listed.is_empty())
 }
 
 /// A standby stopped a moment before the primary is lost, so it misses the last writes;

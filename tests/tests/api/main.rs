@@ -14,6 +14,7 @@ mod columns;
 mod connections;
 mod contract;
 mod first_pages;
+mod fleet_rotation;
 mod isolation;
 mod items;
 mod listener;

@@ -12,6 +12,7 @@ mod coalescing;
 mod delivery;
 mod endpoints;
 mod feed_copy;
+mod pepper_rotation;
 mod processes;
 mod retries;
 mod senders;

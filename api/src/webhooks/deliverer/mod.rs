@@ -37,11 +37,12 @@ use super::{Resource, WebhookSettings};
 use crate::feed::bound::FeedBound;
 use crate::feed::query;
 use crate::keys::Peppers;
-use crate::metric_names::WEBHOOK_ENDPOINTS_FAILING;
+use crate::metric_names::{WEBHOOK_ENDPOINTS_CANNOT_SIGN, WEBHOOK_ENDPOINTS_FAILING};
 use crate::reads::change::{Change, Channel, Follower};
 use crate::reads::freshness::Trust;
 
 mod outcome;
+mod pepper;
 
 /// The longest an endpoint goes unlooked at while the change listener is down.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -89,7 +90,8 @@ pub struct Deliverer {
     /// This process's name in the leases.
     owner: Uuid,
     workers: Mutex<HashMap<Uuid, Worker>>,
-    /// Endpoints disabled after their deliveries failed for too long, for readiness.
+    /// Endpoints disabled after their deliveries failed for too long, and enabled ones it
+    /// cannot sign for, for readiness.
     failing: Mutex<Vec<String>>,
     trust: Trust,
 }
@@ -113,6 +115,9 @@ impl Deliverer {
             .max_connections(CONNECTIONS)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options);
+        // Alerting rules need the series before the first count.
+        metrics::gauge!(WEBHOOK_ENDPOINTS_FAILING).set(0.0);
+        metrics::gauge!(WEBHOOK_ENDPOINTS_CANNOT_SIGN).set(0.0);
         let client = match attempt::client(settings.policy, settings.timeout) {
             Ok(client) => Some(client),
             Err(error) => {
@@ -133,7 +138,8 @@ impl Deliverer {
         }
     }
 
-    /// What readiness reports: endpoints disabled after their deliveries kept failing.
+    /// What readiness reports: endpoints disabled after their deliveries kept failing, and
+    /// endpoints whose secrets this process cannot open.
     pub fn problems(&self) -> Vec<String> {
         self.failing.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
@@ -233,6 +239,7 @@ impl Deliverer {
                     disabled_reason.unwrap_or_default()
                 )
             })
+            .chain(self.endpoints_that_cannot_sign().await?)
             .collect();
         *self.failing.lock().unwrap_or_else(PoisonError::into_inner) = problems;
         Ok(())
@@ -276,9 +283,10 @@ impl Deliverer {
         let endpoint = store::held_endpoint(&self.pool, endpoint_id, self.owner).await?;
         // Disabled, deleted or taken over: this worker ends; the claimer starts another if
         // the endpoint is this process's again.
-        let Some(endpoint) = endpoint else {
+        let Some(mut endpoint) = endpoint else {
             return Ok(Look { next_due: None, behind_notified: false, gone: true });
         };
+        self.follow_the_pepper(endpoint_id, &mut endpoint).await?;
         let workspace_id = endpoint.workspace_id;
         let bound = self.bound.sampled_since(&self.pool, Instant::now()).await?;
         let mut behind_notified = false;
