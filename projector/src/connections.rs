@@ -71,6 +71,22 @@ pub fn postgres_answered() {
     }
 }
 
+/// What an operator is told of a statement on `pool` that failed: PostgreSQL's own refusal
+/// of a new connection rather than the pool's timeout, and `migrate` when the database has
+/// no schema (it is reachable; it is only not ready).
+pub async fn describe_failure(pool: &PgPool, error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::PoolTimedOut => format!("PostgreSQL is unreachable: {}", why_no_connection(pool).await),
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => {
+            "the database has no schema yet (run `lectern-api migrate`)".to_owned()
+        }
+        error if is_connection_error(error) => {
+            format!("PostgreSQL is unreachable: {}", lectern_runtime::with_causes(error))
+        }
+        error => format!("PostgreSQL refused a statement: {}", lectern_runtime::with_causes(error)),
+    }
+}
+
 /// A failure to reach PostgreSQL or to keep a session with it, as opposed to a statement
 /// it refused.
 fn is_connection_error(error: &sqlx::Error) -> bool {

@@ -2,6 +2,7 @@
 //! operations listener (`--metrics-listen`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lectern_schema::ChangeEvent;
@@ -55,9 +56,35 @@ pub fn record_batch(messages: usize, elapsed: Duration) {
     metrics::histogram!(names::APPLY_DURATION).record(elapsed.as_secs_f64());
 }
 
-/// Messages the stream holds that this consumer has not been delivered yet.
+/// Messages not yet delivered to any projector, at the last pull ([`record_lag`]).
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Messages the stream holds that the consumer has not delivered yet, as the last pull
+/// saw it. The gauge adds the messages this process holds uncommitted ([`record_lag_now`]):
+/// delivered is not applied, and a stalled batch is lag.
 pub fn record_lag(pending: u64) {
-    metrics::gauge!(names::CONSUMER_LAG).set(pending as f64);
+    PENDING.store(pending, Ordering::Relaxed);
+}
+
+/// Sets the lag gauge: undelivered messages and the `in_hand` ones not yet committed.
+pub fn record_lag_now(in_hand: u64) {
+    metrics::gauge!(names::CONSUMER_LAG).set((PENDING.load(Ordering::Relaxed) + in_hand) as f64);
+}
+
+/// Every counter and gauge that alerting rules read, at 0 before anything happens: a rule
+/// on `increase()` misses the first event of a series that appears with it, and one on a
+/// gauge cannot fire on a series that does not exist.
+pub fn start_at_zero() {
+    for counter in
+        [names::APPLIED_AGAIN, names::EVENTS_LOST, names::HISTORY_CHANGES, names::APPLY_RETRIES, names::HANDED_BACK]
+    {
+        metrics::counter!(counter).absolute(0);
+    }
+    for entity in ["contacts", "items", "other"] {
+        metrics::counter!(names::EVENTS_DEAD_LETTERED, "entity" => entity).absolute(0);
+    }
+    record_lag_now(0);
+    record_stuck_batches(0);
 }
 
 /// A batch that could not commit and is being retried.
@@ -108,7 +135,8 @@ pub fn record_stuck_batches(batches: usize) {
 
 /// The last `verify` recorded (any process's): when it finished (seconds since the
 /// epoch), how many records had drifted, and its outcome (`agreed`, `drifted`,
-/// `undecided`) as a 1 among the three outcomes' gauges.
+/// `undecided`, `before_restore`) as a 1 among the outcomes' gauges. With no verify ever
+/// finished: 0, 0 and every outcome 0, so that "the last verify is too old" fires.
 pub fn record_last_verification(finished_at: f64, drifted: i64, last_outcome: &str) {
     metrics::gauge!(names::LAST_VERIFY_TIME).set(finished_at);
     metrics::gauge!(names::LAST_VERIFY_DRIFTED).set(drifted as f64);

@@ -48,6 +48,12 @@ struct HealthcheckArgs {
 
 /// Parses the command line (exit 2 on bad usage), runs the command, and prints any
 /// failure as one line (exit 1).
+/// The command line as clap describes it: every command, flag, variable and default (the
+/// tests hold the operations guide to it).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 pub fn main() -> ExitCode {
     let cli: Cli = lectern_runtime::parse_args();
     crate::telemetry::init();

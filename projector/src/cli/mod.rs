@@ -231,6 +231,12 @@ struct PublishArgs {
     files: Vec<std::path::PathBuf>,
 }
 
+/// The command line as clap describes it: every command, flag, variable and default (the
+/// tests hold the operations guide to it).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 pub fn main() -> ExitCode {
     let cli: Cli = lectern_runtime::parse_args();
     init_logging();
@@ -278,6 +284,7 @@ async fn connect(args: &DatabaseArgs) -> Result<PgPool, ProjectorError> {
 async fn run_projector(args: RunArgs) -> Result<(), ProjectorError> {
     // Metrics recorded before the recorder exists are lost: install it first thing.
     let _ = lectern_runtime::server::metrics_handle();
+    crate::metrics::start_at_zero();
     let pool = consumer::pool_for(&args.database.database_url, usize::from(args.concurrent_batches))?;
     let operations_server =
         OperationsServer::bind(args.metrics_listen).await.map_err(|source| ProjectorError::Listen {

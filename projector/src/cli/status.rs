@@ -38,7 +38,7 @@ pub async fn status(args: StatusArgs) -> Result<(), ProjectorError> {
     let (nats, database) = tokio::join!(from_nats(&args.nats), from_database(&args.database));
     let unavailable: Vec<(&str, String)> = [
         ("NATS", nats.as_ref().err().map(|error| lectern_runtime::with_causes(error))),
-        ("PostgreSQL", database.as_ref().err().map(|error| lectern_runtime::with_causes(error))),
+        ("PostgreSQL", database.as_ref().err().cloned()),
     ]
     .into_iter()
     .filter_map(|(what, error)| error.map(|error| (what, error)))
@@ -83,15 +83,23 @@ async fn from_nats(args: &NatsArgs) -> Result<FromNats, ProjectorError> {
     Ok(FromNats { stream_id, last_sequence, consumer, stuck })
 }
 
-async fn from_database(args: &DatabaseArgs) -> Result<FromDatabase, ProjectorError> {
-    let pool = connect(args).await?;
-    Ok(FromDatabase {
-        pool: pool.clone(),
-        dead_letters: dead_letters::count(&pool).await?,
-        lost_events: lost_events::unaccepted(&pool).await?,
-        last_verify: verifications::last(&pool).await?,
-        rebuild: rebuild::shadow::under_way(&pool).await?,
-    })
+/// What the database says, or why it says nothing, in an operator's words (the pool's own
+/// timeout names no cause).
+async fn from_database(args: &DatabaseArgs) -> Result<FromDatabase, String> {
+    let pool = connect(args).await.map_err(|error| lectern_runtime::with_causes(&error))?;
+    let read = async {
+        Ok::<_, sqlx::Error>(FromDatabase {
+            pool: pool.clone(),
+            dead_letters: dead_letters::count(&pool).await?,
+            lost_events: lost_events::unaccepted(&pool).await?,
+            last_verify: verifications::last(&pool).await?,
+            rebuild: rebuild::shadow::under_way(&pool).await?,
+        })
+    };
+    match read.await {
+        Ok(read) => Ok(read),
+        Err(error) => Err(crate::connections::describe_failure(&pool, &error).await),
+    }
 }
 
 /// One JSON object; each field that could not be read is null, and `unavailable` names

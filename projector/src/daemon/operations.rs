@@ -42,7 +42,7 @@ pub async fn readiness(
         }
         Ok(Err(error)) => {
             connections::postgres_failed(pool, &error).await;
-            problems.push(format!("PostgreSQL is unreachable: {error}"));
+            problems.push(connections::describe_failure(pool, &error).await);
         }
         Err(no_answer) => {
             connections::postgres_lost(&no_answer);
@@ -88,6 +88,7 @@ pub struct Watched {
 pub fn before_scrape(watched: Watched) -> BeforeScrape {
     Arc::new(move || {
         watched.batches.record_gauge();
+        crate::metrics::record_lag_now(watched.batches.messages_in_hand());
         watched.staleness.record_gauges();
     })
 }
@@ -107,7 +108,7 @@ pub async fn export_from_the_database(pool: PgPool, shutdown: CancellationToken)
                 // A verify from before a restore or a failover says nothing about the rows now.
                 if last.in_this_history { &last.outcome } else { crate::metrics::STALE_VERIFY },
             ),
-            Ok(None) => {}
+            Ok(None) => crate::metrics::record_last_verification(0.0, 0, ""),
             Err(error) => tracing::debug!(%error, "reading the last verify for the metrics"),
         }
         match dead_letters::count(&pool).await {

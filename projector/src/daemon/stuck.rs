@@ -145,6 +145,11 @@ impl Batches {
         ))
     }
 
+    /// Messages of every batch in hand (pulled, not yet committed).
+    pub fn messages_in_hand(&self) -> u64 {
+        self.in_hand().values().map(|pulled| pulled.messages as u64).sum()
+    }
+
     /// Sets the stuck-batches gauge; called before each scrape.
     pub fn record_gauge(&self) {
         crate::metrics::record_stuck_batches(self.stuck().len());

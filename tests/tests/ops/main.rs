@@ -5,11 +5,13 @@
 
 #![expect(clippy::expect_used, reason = "in tests, a failed expectation is the test failing, with its message")]
 
+mod alert_rules;
 mod architecture_map;
 mod cli;
 mod compose;
 mod database_functions;
 mod dockerfile;
+mod docs_commands;
 mod docs_links;
 mod layers;
 mod stack;

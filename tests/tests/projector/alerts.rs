@@ -178,12 +178,16 @@ async fn events_that_waited_in_the_stream_land_above_the_publish_to_commit_thres
 /// a restore"): a verify that found drift shows as drifted records above 0; one recorded as
 /// finished two days ago (a verify cannot be made to take 26 hours in a test) shows a
 /// timestamp older than the threshold; one recorded in another history of the database
-/// (before a restore or a failover) shows as `outcome="before_restore"`, not as what it found.
+/// (before a restore or a failover) shows as `outcome="before_restore"`, not as what it found;
+/// before any verify, the timestamp is 0 (older than any threshold), not absent.
 #[tokio::test]
 async fn a_drifted_verify_one_too_old_and_one_from_before_a_restore_show_in_the_last_verify_gauges() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
+    // No verify ever ran: the timestamp is there, at 0, so "too old" can fire.
+    let never = eventually(WITHIN, || async { value(&projector.metrics().await, LAST_VERIFY_TIME) == Some(0.0) }).await;
+    assert!(never, "no last-verify timestamp before the first verify:\n{}", projector.metrics().await.text);
     let client = nats.client().await;
     let workspace = Uuid::new_v4();
     publish(&client, &contact_event("created", workspace, Uuid::new_v4(), 1, "Acme")).await;

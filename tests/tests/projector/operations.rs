@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use sqlx::{ConnectOptions, Connection, Executor};
+
 use async_nats::jetstream;
 use lectern_projector::stream::{CONSUMER, STREAM};
 use lectern_tests::binaries::Run;
@@ -84,7 +86,10 @@ async fn the_projector_counts_applied_events_by_type_dead_letters_by_entity_and_
     assert_eq!(metrics.value(APPLIED, &[("type", "item.created")]), Some(2.0), "{}", metrics.text);
     assert_eq!(metrics.label_sets(APPLIED).len(), 3, "no other event types: {}", metrics.text);
     assert_eq!(metrics.value(DEAD_LETTERED, &[("entity", "contacts")]), Some(1.0), "{}", metrics.text);
-    assert_eq!(metrics.label_sets(DEAD_LETTERED).len(), 1, "{}", metrics.text);
+    // The other entities' series exist from the start, at 0 (alerting rules need them).
+    assert_eq!(metrics.value(DEAD_LETTERED, &[("entity", "items")]), Some(0.0), "{}", metrics.text);
+    assert_eq!(metrics.value(DEAD_LETTERED, &[("entity", "other")]), Some(0.0), "{}", metrics.text);
+    assert_eq!(metrics.label_sets(DEAD_LETTERED).len(), 3, "{}", metrics.text);
     // Every message was in exactly one committed batch.
     assert_eq!(metrics.value(&format!("{BATCH_SIZE}_sum"), &[]), Some(7.0), "{}", metrics.text);
     let batches = metrics.value(&format!("{BATCH_SIZE}_count"), &[]).expect("batch size count");
@@ -158,6 +163,27 @@ async fn the_projectors_readiness_names_postgresql_as_the_problem_when_it_is_unr
 
     let problems = reply.body["problems"].to_string();
     assert!(problems.contains("PostgreSQL"), "an operator must learn which dependency is down: {problems}");
+    projector.stop().await;
+}
+
+/// Rule: a projector started before `lectern-api migrate` is not ready and says to run it;
+/// PostgreSQL answers, so it is not called unreachable.
+#[tokio::test]
+async fn a_projector_started_before_migrate_says_to_migrate_not_that_postgresql_is_unreachable() {
+    let nats = TestNats::start().await;
+    let admin = lectern_tests::database::admin_url();
+    let mut connection = sqlx::PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL server");
+    let name = format!("lectern_test_{}_{}", chrono::Utc::now().timestamp(), Uuid::new_v4().simple());
+    connection.execute(format!(r#"create database "{name}""#).as_str()).await.expect("create an empty database");
+    let options: sqlx::postgres::PgConnectOptions = admin.parse().expect("admin URL");
+    let url = options.database(&name).to_url_lossy().to_string();
+    let projector = ProjectorProcess::on(&nats.url, &url).start().await;
+
+    let reply = projector.wait_for_readiness(503).await;
+
+    let problems = reply.body["problems"].to_string();
+    assert!(problems.contains("lectern-api migrate"), "readiness says what to do: {problems}");
+    assert!(!problems.contains("unreachable"), "PostgreSQL answers: {problems}");
     projector.stop().await;
 }
 

@@ -23,7 +23,7 @@ async fn stuck_in_status(nats: &TestNats, db: &TestDatabase) -> Value {
 }
 
 #[tokio::test]
-async fn a_batch_in_hand_past_the_bound_shows_in_readiness_the_gauge_and_status_until_it_commits() {
+async fn a_batch_in_hand_past_the_bound_shows_in_readiness_the_gauges_and_status_until_it_commits() {
     let nats = TestNats::start().await;
     let db = TestDatabase::create().await;
     let client = nats.client().await;
@@ -45,6 +45,8 @@ async fn a_batch_in_hand_past_the_bound_shows_in_readiness_the_gauge_and_status_
         eventually(WITHIN, || async { stuck_in_status(&nats, &db).await.as_array().is_some_and(|a| a.len() == 1) })
             .await;
     let stuck = stuck_in_status(&nats, &db).await;
+    // Delivered is not applied: the lag counts the three messages the stalled batch holds.
+    let lag_while_stuck = projector.metrics().await.value("lectern_projector_consumer_lag", &[]);
     lock.rollback().await.expect("release the lock");
 
     let problems = not_ready.body["problems"].to_string();
@@ -52,6 +54,7 @@ async fn a_batch_in_hand_past_the_bound_shows_in_readiness_the_gauge_and_status_
     assert!(counted, "the gauge never counted the batch:\n{}", projector.metrics().await.text);
     assert!(listed, "status never listed the batch: {stuck}");
     assert_eq!((&stuck[0]["firstSequence"], &stuck[0]["messages"]), (&json!(1), &json!(3)), "{stuck}");
+    assert_eq!(lag_while_stuck, Some(3.0), "the consumer lag while three messages are in hand, uncommitted");
     assert_eq!(projector.wait_for_readiness(200).await.body, json!({ "status": "ready" }));
     let cleared = eventually(WITHIN, || async {
         projector.metrics().await.value(STUCK, &[]) == Some(0.0) && stuck_in_status(&nats, &db).await == json!([])

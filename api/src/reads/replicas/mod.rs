@@ -398,7 +398,11 @@ impl Reads {
                         None => Some("its lag is unknown: the primary cannot be sampled".to_owned()),
                     };
                 }
-                Err(problem) => status.problem = Some(problem),
+                Err(problem) => {
+                    // Unreachable, its lag is unknown, not the last one measured.
+                    status.lag = None;
+                    status.problem = Some(problem);
+                }
             }
             replayed_by_all = replayed_by_all.min(status.replayed);
             let lag = status.lag.map_or(f64::NAN, |lag| lag.as_secs_f64());

@@ -70,7 +70,7 @@ impl Deliverer {
         }
         metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => "failed").increment(1);
         let delay = retry_delay(self.settings.first_retry, attempts);
-        tracing::info!(%endpoint_id, delivery = %delivery.id, attempts, %error, retry_in_ms = delay.as_millis() as u64, "webhook delivery failed; retrying");
+        tracing::warn!(%endpoint_id, delivery = %delivery.id, attempts, %error, retry_in_ms = delay.as_millis() as u64, "webhook delivery failed; retrying");
         store::schedule_retry(&self.pool, &delivery.id, delay).await?;
         Ok(())
     }
