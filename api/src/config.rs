@@ -68,7 +68,7 @@ pub struct ReplicaArgs {
 pub struct PoolArgs {
     /// Connections of each of the API's two sets on the primary (listings and searches;
     /// everything else), and of its one set on each replica: at most twice this on the
-    /// primary, plus the webhook deliverer's 4 and the change listener's 1.
+    /// primary, plus the webhook deliverer's 5 and the change listener's 2.
     #[arg(long, env = "LECTERN_DB_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub db_pool_size: u32,
     /// Milliseconds a request waits for a free connection before it is answered 503.

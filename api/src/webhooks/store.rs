@@ -234,21 +234,62 @@ pub struct ClaimedEndpoint {
     pub workspace_id: Uuid,
 }
 
-/// Renews `owner`'s leases and takes the enabled endpoints nobody holds; returns every
-/// endpoint `owner` now holds.
-pub async fn claim_endpoints(pool: &PgPool, owner: Uuid, lease: Duration) -> Result<Vec<ClaimedEndpoint>, sqlx::Error> {
-    sqlx::query_as(
-        "with claimable as ( \
-             select id from webhook_endpoints \
-             where enabled and (lease_owner = $1 or lease_until is null or lease_until < now()) \
-             for update skip locked) \
-         update webhook_endpoints e set lease_owner = $1, lease_until = now() + make_interval(secs => $2) \
-         from claimable where e.id = claimable.id returning e.id, e.workspace_id",
+/// How the deliverers' lease connections are named in `pg_stat_activity` (with the
+/// owner after a space): each process keeps one open, so counting the names counts the
+/// processes delivering for this database.
+pub const LEASES_APPLICATION: &str = "lectern-api-webhooks-leases";
+
+/// Renews `owner`'s leases and holds its share of the enabled endpoints: the endpoints
+/// divided by the processes delivering for this database (rounded up). A process holding
+/// more gives the rest up (the process that lacks them takes them at its next claim); one
+/// holding fewer takes endpoints nobody holds, up to its share. Returns every endpoint
+/// `owner` now holds. Runs on the lease connection, whose name counts this process.
+pub async fn hold_share(pool: &PgPool, owner: Uuid, lease: Duration) -> Result<Vec<ClaimedEndpoint>, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let mut held: Vec<ClaimedEndpoint> = sqlx::query_as(
+        "update webhook_endpoints set lease_until = now() + make_interval(secs => $2) \
+         where enabled and lease_owner = $1 and lease_until >= now() returning id, workspace_id",
     )
     .bind(owner)
     .bind(lease.as_secs_f64())
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *transaction)
+    .await?;
+    let (enabled, processes): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from webhook_endpoints where enabled), \
+                (select count(distinct application_name) from pg_stat_activity \
+                 where datname = current_database() and application_name like $1 || ' %')",
+    )
+    .bind(LEASES_APPLICATION)
+    .fetch_one(&mut *transaction)
+    .await?;
+    // At least this process, whose own session may not be counted yet.
+    let share = usize::try_from((enabled + processes.max(1) - 1) / processes.max(1)).unwrap_or(usize::MAX);
+    if held.len() > share {
+        held.sort_by_key(|endpoint| endpoint.id);
+        let given_up: Vec<Uuid> = held.split_off(share).into_iter().map(|endpoint| endpoint.id).collect();
+        sqlx::query("update webhook_endpoints set lease_until = null where lease_owner = $1 and id = any($2)")
+            .bind(owner)
+            .bind(&given_up)
+            .execute(&mut *transaction)
+            .await?;
+    } else if held.len() < share {
+        let taken: Vec<ClaimedEndpoint> = sqlx::query_as(
+            "with claimable as ( \
+                 select id from webhook_endpoints \
+                 where enabled and (lease_until is null or lease_until < now()) \
+                 order by id limit $3 for update skip locked) \
+             update webhook_endpoints e set lease_owner = $1, lease_until = now() + make_interval(secs => $2) \
+             from claimable where e.id = claimable.id returning e.id, e.workspace_id",
+        )
+        .bind(owner)
+        .bind(lease.as_secs_f64())
+        .bind(i64::try_from(share - held.len()).unwrap_or(i64::MAX))
+        .fetch_all(&mut *transaction)
+        .await?;
+        held.extend(taken);
+    }
+    transaction.commit().await?;
+    Ok(held)
 }
 
 /// Gives up `owner`'s leases, so that another process takes its endpoints over at once

@@ -142,7 +142,7 @@ impl CursorSecretsEver {
 }
 
 /// Each API process's `--db-pool-size`.
-const API_POOL_SIZE: &str = "6";
+const API_POOL_SIZE: &str = "5";
 
 /// A fresh cursor secret, random enough for a test deployment.
 pub fn new_secret() -> String {
@@ -245,7 +245,7 @@ impl Deployment {
             .env("LECTERN_CURSOR_SECRET", &secrets.signing)
             .env("LECTERN_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "1")
             // Sized, as the operations guide asks, for every process on the test servers'
-            // 60 connections: two API processes at 2 × 6 + 2 + 4, two projectors, the checks.
+            // 60 connections: two API processes at 2 × 5 + 2 + 5, two projectors, the checks.
             .env("LECTERN_DB_POOL_SIZE", API_POOL_SIZE);
         if !secrets.previous.is_empty() {
             serve = serve.env("LECTERN_PREVIOUS_CURSOR_SECRETS", &secrets.previous.join(","));

@@ -11,6 +11,7 @@ mod clock;
 mod coalescing;
 mod delivery;
 mod endpoints;
+mod fairness;
 mod feed_copy;
 mod pepper_rotation;
 mod processes;

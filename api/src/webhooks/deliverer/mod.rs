@@ -1,7 +1,10 @@
 //! Deliveries in `serve`. Every process runs a [`Deliverer`]; each endpoint is delivered
 //! for by one process at a time, the one holding its lease in `webhook_endpoints`
-//! (renewed every third of the lease; a process killed mid-delivery loses it when it
-//! lapses, and another takes over). The holder runs one task per endpoint, woken by the
+//! (renewed every third of the lease, on a connection of its own; a process killed
+//! mid-delivery loses it when it lapses, and another takes over). Each process holds its
+//! share of the endpoints ([`store::hold_share`]), and its looks take the connections in
+//! turns, round-robin by workspace ([`turns`]), so that no workspace's wave of looks holds
+//! back another's. The holder runs one task per endpoint, woken by the
 //! change listener when the endpoint's workspace is written (and all at once when the
 //! listener was down, since notifications may have been missed), and at least every
 //! [`IDLE_SWEEP`] besides, or every [`SWEEP_EVERY`] while the listener is down.
@@ -43,6 +46,7 @@ use crate::reads::freshness::Trust;
 
 mod outcome;
 mod pepper;
+mod turns;
 
 /// The longest an endpoint goes unlooked at while the change listener is down.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -82,7 +86,12 @@ struct Wake {
 
 /// Webhook deliveries of one process.
 pub struct Deliverer {
+    /// The looks' and attempts' connections, used only with a [`turns::Turn`].
     pool: PgPool,
+    turns: Arc<turns::Turns>,
+    /// The lease connection: claims and renewals never wait behind looks, and its name
+    /// counts this process among those delivering ([`store::hold_share`]).
+    leases: PgPool,
     peppers: Peppers,
     settings: WebhookSettings,
     bound: Arc<FeedBound>,
@@ -110,11 +119,18 @@ impl Deliverer {
     /// of looks (a write in every workspace at once) queues on them, never on the
     /// connections that key checks and retrieves use.
     pub fn new(pool: &PgPool, peppers: Peppers, settings: WebhookSettings, bound: Arc<FeedBound>) -> Self {
+        let owner = Uuid::new_v4();
         let options = (*pool.connect_options()).clone().application_name(APPLICATION);
-        let pool = PgPoolOptions::new()
+        let looks = PgPoolOptions::new()
             .max_connections(CONNECTIONS)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options);
+        let name = format!("{} {}", store::LEASES_APPLICATION, owner.simple());
+        let leases = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with((*pool.connect_options()).clone().application_name(&name));
         // Alerting rules need the series before the first count.
         metrics::gauge!(WEBHOOK_ENDPOINTS_FAILING).set(0.0);
         metrics::gauge!(WEBHOOK_ENDPOINTS_CANNOT_SIGN).set(0.0);
@@ -126,12 +142,14 @@ impl Deliverer {
             }
         };
         Self {
-            pool,
+            pool: looks,
+            turns: turns::Turns::new(CONNECTIONS as usize),
+            leases,
             peppers,
             settings,
             bound,
             client,
-            owner: Uuid::new_v4(),
+            owner,
             workers: Mutex::default(),
             failing: Mutex::default(),
             trust: Trust::default(),
@@ -172,20 +190,20 @@ impl Deliverer {
             }
             if pruned.elapsed() >= PRUNE_EVERY {
                 pruned = Instant::now();
-                if let Err(error) = store::prune_delivery_log(&self.pool, LOG_KEPT_FOR).await {
+                if let Err(error) = store::prune_delivery_log(&self.leases, LOG_KEPT_FOR).await {
                     tracing::debug!(error = %crate::error::chain(&error), "pruning the webhook delivery log failed");
                 }
             }
         }
         self.keep_workers(Vec::new());
-        if let Err(error) = store::release_leases(&self.pool, self.owner).await {
+        if let Err(error) = store::release_leases(&self.leases, self.owner).await {
             tracing::warn!(error = %crate::error::chain(&error), "releasing webhook leases failed; another process takes over when they lapse");
         }
     }
 
-    /// Renews this process's leases and takes the enabled endpoints nobody holds.
+    /// Renews this process's leases and holds its share of the endpoints.
     async fn claim(&self) -> Result<Vec<ClaimedEndpoint>, sqlx::Error> {
-        store::claim_endpoints(&self.pool, self.owner, self.settings.lease).await
+        store::hold_share(&self.leases, self.owner, self.settings.lease).await
     }
 
     /// Starts a worker for each endpoint newly held and stops those of endpoints no
@@ -208,7 +226,7 @@ impl Deliverer {
             }
             workers.entry(endpoint).or_insert_with(|| {
                 let wake = Arc::new(Wake::default());
-                let task = tokio::spawn(self.clone().deliver_for(endpoint, wake.clone()));
+                let task = tokio::spawn(self.clone().deliver_for(endpoint, workspace_id, wake.clone()));
                 Worker { workspace_id, wake, task }
             });
         }
@@ -216,7 +234,7 @@ impl Deliverer {
 
     /// Wakes the workers of this process's endpoints that have a delivery due.
     async fn wake_due(&self) -> Result<(), sqlx::Error> {
-        let due = store::endpoints_with_due_deliveries(&self.pool, self.owner).await?;
+        let due = store::endpoints_with_due_deliveries(&self.leases, self.owner).await?;
         let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
         for endpoint in due {
             if let Some(worker) = workers.get(&endpoint) {
@@ -227,8 +245,8 @@ impl Deliverer {
     }
 
     async fn count_failing(&self) -> Result<(), sqlx::Error> {
-        let failing = store::endpoints_disabled_by_failures(&self.pool, FAILING_SHOWN).await?;
-        let count = store::count_endpoints_disabled_by_failures(&self.pool).await?;
+        let failing = store::endpoints_disabled_by_failures(&self.leases, FAILING_SHOWN).await?;
+        let count = store::count_endpoints_disabled_by_failures(&self.leases).await?;
         metrics::gauge!(WEBHOOK_ENDPOINTS_FAILING).set(count as f64);
         let problems = failing
             .into_iter()
@@ -247,11 +265,11 @@ impl Deliverer {
 
     /// One endpoint's worker: looks, then sleeps until woken, a retry is due, or the sweep;
     /// ends when its endpoint is no longer enabled and this process's.
-    async fn deliver_for(self: Arc<Self>, endpoint: Uuid, wake: Arc<Wake>) {
+    async fn deliver_for(self: Arc<Self>, endpoint: Uuid, workspace_id: Uuid, wake: Arc<Wake>) {
         let mut held_recheck = HELD_RECHECK;
         loop {
             let woken = wake.notify.notified();
-            let wait = match self.look(endpoint, &wake).await {
+            let wait = match self.look(endpoint, workspace_id, &wake).await {
                 Ok(Look { gone: true, .. }) => return,
                 Ok(Look { next_due, behind_notified, .. }) => {
                     let sweep = if self.trust.get() { IDLE_SWEEP } else { SWEEP_EVERY };
@@ -278,8 +296,11 @@ impl Deliverer {
 
     /// Creates or raises the endpoint's pending deliveries to what its feeds show, and
     /// sends those that are due.
-    async fn look(&self, endpoint_id: Uuid, wake: &Wake) -> Result<Look, LookError> {
+    async fn look(&self, endpoint_id: Uuid, workspace_id: Uuid, wake: &Wake) -> Result<Look, LookError> {
         let notified: Vec<i64> = wake.notified.iter().map(|position| position.load(Ordering::Acquire)).collect();
+        // The database work in a turn of the workspace's; the attempts, which wait on the
+        // receiver, outside it.
+        let turn = self.turns.take(workspace_id).await;
         let endpoint = store::held_endpoint(&self.pool, endpoint_id, self.owner).await?;
         // Disabled, deleted or taken over: this worker ends; the claimer starts another if
         // the endpoint is this process's again.
@@ -287,7 +308,6 @@ impl Deliverer {
             return Ok(Look { next_due: None, behind_notified: false, gone: true });
         };
         self.follow_the_pepper(endpoint_id, &mut endpoint).await?;
-        let workspace_id = endpoint.workspace_id;
         let bound = self.bound.sampled_since(&self.pool, Instant::now()).await?;
         let mut behind_notified = false;
         for resource in endpoint.resources.iter().filter_map(|name| Resource::named(name)) {
@@ -296,12 +316,14 @@ impl Deliverer {
             store::raise_pending_delivery(&self.pool, endpoint_id, resource, head).await?;
         }
         let due = store::due_deliveries(&self.pool, endpoint_id, DUE_PER_LOOK).await?;
+        drop(turn);
         if !due.is_empty() {
             let secrets = self.secrets(endpoint_id, &endpoint)?;
             for delivery in due {
                 self.attempt(endpoint_id, workspace_id, &endpoint.url, &secrets, &delivery).await?;
             }
         }
+        let _turn = self.turns.take(workspace_id).await;
         let next_due = store::next_due_in(&self.pool, endpoint_id).await?;
         Ok(Look { next_due, behind_notified, gone: false })
     }

@@ -32,6 +32,7 @@ impl Deliverer {
         let Some(client) = &self.client else { return Ok(()) };
         let announcement = Announcement { id: &delivery.id, workspace_id, resource, since: delivery.created_at };
         let outcome = attempt::send(client, self.settings.policy, url, &announcement, secrets).await;
+        let _turn = self.turns.take(workspace_id).await;
         let (status, error) = match &outcome {
             Outcome::Delivered(status) => (Some(i32::from(*status)), None),
             Outcome::Refused(status) => (Some(i32::from(*status)), Some(format!("answered {status}"))),
