@@ -175,12 +175,13 @@ async fn not_held(
 }
 
 /// Folds the ledger's rows of `stream` into one, notes `acknowledged_through` as the floor
-/// seen, and returns the sequences up to it neither held nor lost, inside the caller's
-/// transaction.
+/// seen, and returns the sequences up to `through` (the floor, or past it) neither held nor
+/// lost, inside the caller's transaction.
 async fn fold_and_find_missing(
     connection: &mut PgConnection,
     stream: StreamId,
     acknowledged_through: u64,
+    through: u64,
 ) -> Result<Vec<Span>, sqlx::Error> {
     sqlx::query(
         "with folded as (delete from read_model_applied where stream = $1 returning sequences) \
@@ -194,7 +195,7 @@ async fn fold_and_find_missing(
         .bind(as_sequence(acknowledged_through))
         .execute(&mut *connection)
         .await?;
-    not_held(connection, stream, acknowledged_through).await
+    not_held(connection, stream, through).await
 }
 
 /// How many sequences of `stream` up to `acknowledged_through` the database does not hold
@@ -238,10 +239,11 @@ async fn record_span(connection: &mut PgConnection, stream: StreamId, span: Span
     .map(drop)
 }
 
-/// The consumer's acknowledgement floor: every message up to it is acknowledged.
-async fn acknowledged_through(consumer: &PullConsumer) -> Result<u64, ProjectorError> {
+/// The consumer's acknowledgement floor (every message up to it is acknowledged) and the
+/// last stream sequence it delivered (messages between the two may be acknowledged too).
+async fn acknowledged_through(consumer: &PullConsumer) -> Result<(u64, u64), ProjectorError> {
     let info = consumer.get_info().await.map_err(ProjectorError::nats("reading the consumer's acknowledgements"))?;
-    Ok(info.ack_floor.stream_sequence)
+    Ok((info.ack_floor.stream_sequence, info.delivered.stream_sequence))
 }
 
 /// The stream as it is now (deleted and created again, it is another).
@@ -266,7 +268,7 @@ pub async fn reconcile(
     // stream on both sides of them: a floor read across a replacement of the stream is the old
     // one's, and taken for the new one's it would make lost events of the new one's first.
     let before = stream_now(stream).await?;
-    let acknowledged_through = acknowledged_through(consumer).await?;
+    let (acknowledged_through, delivered_through) = acknowledged_through(consumer).await?;
     let stream_id = stream_now(stream).await?;
     let mut reconciled = Reconciled { acknowledged_through, ..Reconciled::default() };
     if before != stream_id {
@@ -291,7 +293,20 @@ pub async fn reconcile(
     if let Some(lost) = follow(&mut transaction, stream_id).await? {
         reconciled.lost = lost;
     }
-    reconciled.missing = fold_and_find_missing(&mut transaction, stream_id, acknowledged_through).await?;
+    // A history that has not caught up (a failover, a restore) takes back everything
+    // delivered, not only what is below the floor: a batch in hand when a projector died
+    // holds the floor back, and the messages acknowledged above it were lost with the rest.
+    // Left out, an older version of one of their records, redelivered with that batch,
+    // would be applied to a database that forgot the newer ones, and served as a change.
+    // A message delivered but not yet acknowledged is in the stream: applying it again is
+    // harmless.
+    let caught_up: bool = sqlx::query_scalar("select caught_up from read_model_histories where history_id = $1")
+        .bind(history)
+        .fetch_optional(&mut *transaction)
+        .await?
+        .unwrap_or(true);
+    let through = if caught_up { acknowledged_through } else { acknowledged_through.max(delivered_through) };
+    reconciled.missing = fold_and_find_missing(&mut transaction, stream_id, acknowledged_through, through).await?;
     transaction.commit().await?;
     if !reconciled.missing.is_empty() {
         let events: u64 = reconciled.missing.iter().map(|span| span.events()).sum();
@@ -476,7 +491,7 @@ pub async fn keep(pool: PgPool, stream: Stream, consumer: PullConsumer, shutdown
     loop {
         let turn = async {
             if !started {
-                start(&pool, stream_now(&stream).await?, acknowledged_through(&consumer).await?).await?;
+                start(&pool, stream_now(&stream).await?, acknowledged_through(&consumer).await?.0).await?;
                 started = true;
             }
             let ledger = match &mut connection {
