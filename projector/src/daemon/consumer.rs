@@ -70,6 +70,9 @@ impl Default for RunSettings {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long each of the last steps of a stop may wait for NATS: a projector told to stop
+/// while NATS is unreachable stops within seconds, its unacknowledged messages redelivered.
+const LET_GO_WITHIN: Duration = Duration::from_secs(3);
 
 /// The projector's pool for the default settings; see [`pool_for`].
 pub fn pool(database_url: &str) -> Result<PgPool, sqlx::Error> {
@@ -209,16 +212,32 @@ pub async fn run_watched(
     indexer.abort();
     ledger.abort();
     looker.abort();
+    // Each of the last steps talks to NATS, which may be gone: each is given a bound, past
+    // which what it would have sent is left to JetStream's redelivery.
     // Ends by itself with `shutdown`, withdrawing any report it made.
-    let _ = reporter.await;
+    if tokio::time::timeout(LET_GO_WITHIN, reporter).await.is_err() {
+        tracing::warn!("could not withdraw the stuck-batch report in time (NATS unreachable?); it expires by itself");
+    }
     acks_finished.cancel();
-    if let Err(error) = acknowledger.await {
-        tracing::error!(%error, "the flush barriers ended early; unacknowledged messages will be redelivered");
+    match tokio::time::timeout(LET_GO_WITHIN, acknowledger).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::error!(%error, "the flush barriers ended early; unacknowledged messages will be redelivered");
+        }
+        Err(_) => {
+            tracing::warn!("the last acknowledgements were not sent in time (NATS unreachable?); redelivered later")
+        }
     }
     // Acks are buffered by the client; without this the last batch's acks could be
     // lost at exit and its messages redelivered after the ack wait.
-    if let Err(error) = client.flush().await {
-        tracing::warn!(%error, "could not flush the last acknowledgements; those messages will be redelivered and ignored");
+    match tokio::time::timeout(LET_GO_WITHIN, client.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "could not flush the last acknowledgements; those messages will be redelivered and ignored");
+        }
+        Err(_) => {
+            tracing::warn!("could not flush the last acknowledgements in time (NATS unreachable?); redelivered later")
+        }
     }
     tracing::info!("projector stopped");
     Ok(())

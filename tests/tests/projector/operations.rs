@@ -196,6 +196,25 @@ async fn the_projector_healthcheck_fails_against_a_closed_port() {
     run.assert_one_line_error(Some(1), &[&url]);
 }
 
+/// Rule: SIGTERM stops the projector within seconds even while NATS cannot be reached:
+/// nothing can be acknowledged then, and what it held is redelivered once NATS is back. (It
+/// waited for NATS for ever, found when a NATS server was stopped before its projectors.)
+#[tokio::test]
+async fn sigterm_stops_the_projector_within_seconds_while_nats_is_down() {
+    let mut nats = TestNats::start().await;
+    let db = TestDatabase::create().await;
+    let projector = ProjectorProcess::on(&nats.url, &db.url).start().await;
+    projector.wait_for_readiness(200).await;
+    nats.stop();
+    projector.wait_for_readiness(503).await;
+
+    let asked = std::time::Instant::now();
+    let ended = projector.stop().await;
+
+    assert!(asked.elapsed() < Duration::from_secs(15), "it took {:?} to stop", asked.elapsed());
+    assert!(ended.stderr.contains("projector stopped"), "{}", ended.stderr);
+}
+
 #[tokio::test]
 async fn sigterm_stops_the_projector_with_exit_0_and_closes_its_operations_address() {
     let nats = TestNats::start().await;
