@@ -32,7 +32,8 @@ const LAYERS: &[Layered] = &[
             &["error"],
             &["reads"],
             &["resources"],
-            &["memory", "metric_names", "query_values", "rate_limit", "signing", "telemetry"],
+            &["memory", "query_values", "rate_limit", "signing", "telemetry"],
+            &["metric_names"],
         ],
     },
     Layered {
