@@ -20,10 +20,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::shutdown::check_readiness;
+
 const BEFORE: &str = "the fleet cursor secret before the rotation: 32+ bytes";
 const AFTER: &str = "the fleet cursor secret after the rotation: 32+ bytes";
-/// How often the balancer asks each process's `/readyz`.
-const READINESS_EVERY: Duration = Duration::from_millis(100);
 const METRIC: &str = "lectern_api_previous_cursor_secret_verifications_total";
 
 /// What the syncing client met.
@@ -99,20 +99,6 @@ async fn serve(database_url: &str, secrets: &[(&str, &str)], listen: Option<&str
         options = options.env("LECTERN_LISTEN", address);
     }
     options.start().await
-}
-
-/// Marks each process ready or not from its public `/readyz`, as a load balancer would.
-fn check_readiness(addresses: [String; 2], ready: Arc<[AtomicBool; 2]>, stop: CancellationToken) -> JoinHandle<()> {
-    let http = reqwest::Client::new();
-    tokio::spawn(async move {
-        while !stop.is_cancelled() {
-            for (index, address) in addresses.iter().enumerate() {
-                let answer = http.get(format!("http://{address}/readyz")).timeout(READINESS_EVERY * 2).send().await;
-                ready[index].store(answer.is_ok_and(|answer| answer.status() == 200), Ordering::Release);
-            }
-            tokio::time::sleep(READINESS_EVERY).await;
-        }
-    })
 }
 
 /// Follows the feed and pages through the listing, each request to the next ready process;
@@ -208,7 +194,12 @@ async fn a_fleet_restarted_one_by_one_through_every_step_of_the_cursor_secret_ro
         })
     };
     let mut fleet = Fleet::start(&db.url, &[("LECTERN_CURSOR_SECRET", BEFORE)]).await;
-    let checker = check_readiness(fleet.addresses.clone(), fleet.ready.clone(), stop.clone());
+    let checker = tokio::spawn(check_readiness(
+        reqwest::Client::new(),
+        fleet.addresses.clone(),
+        fleet.ready.clone(),
+        stop.clone(),
+    ));
     fleet.wait_until_ready(0).await;
     fleet.wait_until_ready(1).await;
     let client = sync(fleet.addresses.clone(), key, fleet.ready.clone(), stop.clone());

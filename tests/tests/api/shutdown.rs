@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// How often the balancer asks each process's `/readyz`, as a load balancer would.
-const READINESS_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const READINESS_EVERY: Duration = Duration::from_millis(100);
 /// Each process's grace: well above the balancer's interval.
 const GRACE_MS: &str = "1500";
 /// Rate limits out of reach: this client sends hundreds of requests a second.
@@ -75,7 +75,9 @@ impl Balancer {
     }
 }
 
-async fn check_readiness(
+/// Marks each process ready or not from its public `/readyz` every [`READINESS_EVERY`], as a
+/// load balancer would, until `stop`.
+pub(crate) async fn check_readiness(
     http: reqwest::Client,
     addresses: [String; 2],
     ready: Arc<[AtomicBool; 2]>,
